@@ -1,0 +1,61 @@
+"""SCAFFOLD (Karimireddy et al.), option II control variates.
+
+Invariant kept by `aggregate`: the server control c equals sum_i p_i c_i over ALL clients
+(p_i = n_i / n), so under full participation the corrections c_i - c sum (p-weighted) to zero.
+"""
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from fedhet.fl import tensors
+from fedhet.fl.algorithm import Algorithm, ClientJob, ClientResult
+from fedhet.fl.tensors import Tensors
+from fedhet.spec import AlgorithmSpec
+
+
+class Scaffold(Algorithm):
+    name = "scaffold"
+
+    class Config(AlgorithmSpec):
+        name: Literal["scaffold"] = "scaffold"
+
+    def init_server_state(self, global_state: Tensors) -> Tensors:
+        params = {k: v for k, v in global_state.items() if k in self.param_names}
+        return tensors.zeros_like(params)
+
+    def download(self, server_state: Tensors) -> Tensors:
+        return server_state
+
+    def before_step(self, job: ClientJob, model: nn.Module) -> None:
+        c, c_i = job.server_state, self._client_control(job)
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                p.grad.add_(c[name] - c_i[name])
+
+    def _client_control(self, job: ClientJob) -> Tensors:
+        if not job.client_state:
+            job.client_state.update(tensors.zeros_like(job.server_state))
+        return job.client_state
+
+    def client_update(self, job: ClientJob) -> ClientResult:
+        c_i = self._client_control(job)
+        result = super().client_update(job)
+        scale = 1.0 / (result.stats.steps * job.lr)
+        delta = {}
+        with torch.no_grad():
+            for name, c in job.server_state.items():
+                new = c_i[name] - c + scale * (job.global_state[name] - result.state[name])
+                delta[name] = new - c_i[name]
+                c_i[name] = new
+        result.upload = delta
+        return result
+
+    def aggregate(self, global_state, server_state, results, weights):
+        sizes = self.setup.sizes
+        total = sum(sizes)
+        for r in results:
+            for name, d in r.upload.items():
+                server_state[name].add_(d, alpha=sizes[r.client] / total)
+        return super().aggregate(global_state, server_state, results, weights)

@@ -1,0 +1,19 @@
+"""The two kinds of failure the CLI reports, each with its exit code."""
+
+
+class FedhetError(Exception):
+    """Base class: a failure with a one-line message meant for the user."""
+
+    exit_code = 1
+
+
+class InputError(FedhetError):
+    """Invalid input: a bad spec, an unknown dataset, missing data files, bad arguments."""
+
+    exit_code = 2
+
+
+class RunError(FedhetError):
+    """A failure while running (e.g. divergence); partial artifacts are kept."""
+
+    exit_code = 1

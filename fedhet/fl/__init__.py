@@ -1,0 +1,1 @@
+"""The federated training engine: round loop, local training, aggregation, checkpoints."""

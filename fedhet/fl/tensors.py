@@ -1,0 +1,59 @@
+"""Operations on named tensor dicts (model states, control variates) and their Zarr form."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+import zarr
+
+Tensors = dict[str, torch.Tensor]
+
+
+def clone(tensors: Mapping[str, torch.Tensor]) -> Tensors:
+    return {k: v.detach().clone() for k, v in tensors.items()}
+
+
+def zeros_like(tensors: Mapping[str, torch.Tensor]) -> Tensors:
+    return {k: torch.zeros_like(v) for k, v in tensors.items()}
+
+
+def nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def weighted_average(
+    states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[float]
+) -> Tensors:
+    """sum_i w_i * state_i for floating tensors; integer buffers (BN counters) from the first state."""
+    out = {}
+    for name, first in states[0].items():
+        if first.is_floating_point():
+            out[name] = sum(w * s[name] for w, s in zip(weights, states, strict=True))
+        else:
+            out[name] = first.clone()
+    return out
+
+
+def distance(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
+    """Euclidean norm of a - b over all floating tensors."""
+    total = sum(float(((a[k] - b[k]).double() ** 2).sum()) for k in a if a[k].is_floating_point())
+    return total**0.5
+
+
+def all_finite(tensors: Mapping[str, torch.Tensor]) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in tensors.values() if t.is_floating_point())
+
+
+def save(group: zarr.Group, name: str, tensors: Mapping[str, torch.Tensor]) -> None:
+    sub = group.create_group(name)
+    for key, value in tensors.items():
+        sub.create_array(key, data=value.detach().cpu().numpy())
+
+
+def load(group: zarr.Group, name: str, device: torch.device | str = "cpu") -> Tensors:
+    sub = group[name]
+    return {
+        key: torch.from_numpy(np.asarray(arr[...])).to(device) for key, arr in sorted(sub.arrays())
+    }

@@ -1,0 +1,1 @@
+"""Metrics derived from runs: summaries and the client gradient variance."""
