@@ -1,0 +1,3 @@
+from fedhet.cli import main
+
+main()
