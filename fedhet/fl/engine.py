@@ -156,8 +156,9 @@ class Engine:
         global_state = tensors.clone(self.model.state_dict())
         return RunState(0, global_state, self.algorithm.init_server_state(global_state), {})
 
-    def run(self) -> RunState:
-        state = self.initial_state()
+    def run(self, state: RunState | None = None) -> RunState:
+        """Train from `state` (default: the latest checkpoint, or the start) to the last round."""
+        state = state or self.initial_state()
         for rnd in range(state.round, self.spec.federation.rounds):
             self.run_round(rnd, state)
             state.round = rnd + 1

@@ -114,8 +114,9 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
             spec.runtime.checkpoint_every,
             on_round,
         )
-        progress.update(task, completed=engine.initial_state().round)
-        state = engine.run()
+        state = engine.initial_state()
+        progress.update(task, completed=state.round)
+        state = engine.run(state)
     write_metrics(out, state.metrics)
     model = out.create_group("model")
     tensors.save(model, "final", state.global_state)

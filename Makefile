@@ -1,0 +1,37 @@
+# fedhet: `make install`, `make test`, `make quickstart`, `make reproduce`, `make bench`, `make lint`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Reproduction specs run by `make reproduce`; each writes reports/<name>.md and .png.
+REPRO_SPECS := specs/quickstart.yaml
+
+.PHONY: install test lint quickstart reproduce bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+test: install
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check fedhet tests benchmarks
+
+quickstart: install
+	$(BIN)/fedhet train specs/quickstart.yaml
+
+reproduce: install
+	@for spec in $(REPRO_SPECS); do \
+		echo "== $$spec"; $(BIN)/fedhet report $$spec --out reports || exit 1; \
+	done
+
+bench: install
+	$(BIN)/python -m benchmarks.engine_overhead
+	$(BIN)/python -m benchmarks.entk_speed
+
+clean:
+	rm -rf $(VENV) artifacts .pytest_cache
