@@ -71,9 +71,10 @@ def _table(rows: list[dict], columns: list[str], title: str | None = None) -> Ta
 @spec_app.command("validate")
 def spec_validate(path: SpecPath) -> None:
     """Check a spec; exit 2 with a one-line message naming the field when it is invalid."""
+    spec = _load(path)  # before the heavy imports, so a bad spec fails fast
     from fedhet.runs import runs_of
 
-    runs = runs_of(_load(path))
+    runs = runs_of(spec)
     out.print(f"{path}: valid ({len(runs)} run{'s' if len(runs) != 1 else ''})")
 
 
@@ -86,7 +87,8 @@ def spec_show(path: SpecPath) -> None:
     from fedhet.models import build_model
 
     spec = _load(path)
-    out.print(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False))
+    # plain print: rich would wrap long lines and break the YAML
+    print(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False))
     try:
         ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
     except InputError:
@@ -98,13 +100,14 @@ def spec_show(path: SpecPath) -> None:
 @spec_app.command("hash")
 def spec_hash(path: SpecPath) -> None:
     """Print every stage's key for every run of the spec."""
+    spec = _load(path)
     from fedhet.runs import runs_of
 
-    for run in runs_of(_load(path)):
+    for run in runs_of(spec):  # plain print: one unwrapped line per key, for scripts
         label = ", ".join(f"{k}={v}" for k, v in run.axes.items()) or run.spec.name
-        out.print(f"# {label}")
+        print(f"# {label}")
         for node in run.node.walk():
-            out.print(f"{node.stage:10s} {node.key}")
+            print(f"{node.stage:10s} {node.key}")
 
 
 @spec_app.command("schema")
@@ -179,6 +182,9 @@ def train(path: SpecPath, store: StoreOpt = None, data_root: DataRootOpt = None)
 def evaluate(
     path: SpecPath,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    cgv: Annotated[
+        bool, typer.Option("--cgv", help="also the client gradient variance of the final model")
+    ] = False,
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
 ) -> None:
@@ -189,7 +195,7 @@ def evaluate(
     st = ArtifactStore(store)
     reports = []
     for run in runs_of(_load(path, data_root)):
-        reports.append(evaluate_run(run, execute(run, st), st))
+        reports.append(evaluate_run(run, execute(run, st), st, cgv=cgv))
     if as_json:
         print(json.dumps(reports, indent=2))
         return
@@ -200,6 +206,8 @@ def evaluate(
         )
         out.print("  per class: " + " ".join(f"{a:.3f}" for a in rep["per_class"]))
         out.print("  per client: " + " ".join(f"{a:.3f}" for a in rep["per_client"]))
+        if cgv:
+            out.print("  CGV: " + ", ".join(f"{k} {v:.4g}" for k, v in rep["cgv"].items()))
 
 
 @app.command("report")
@@ -251,7 +259,7 @@ def artifacts_show(
     info = st.find(key)
     group = zarr.open_group(info.path, mode="r")
     attrs = {k: v for k, v in info.attrs.items() if k != "checksums"}
-    out.print(f"[bold]{info.stage}/{info.key}[/bold]  ({info.path})")
+    out.print(f"[bold]{info.stage}/{info.key}[/bold]  ({info.path})", soft_wrap=True)
     out.print_json(json.dumps(attrs, default=str))
     table = Table("array", "shape", "chunks", "dtype")
     for name, arr in _walk_arrays(group):
@@ -300,7 +308,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except FedhetError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         err.print("aborted")

@@ -8,6 +8,7 @@ import zarr
 from fedhet.errors import InputError
 from fedhet.fl import tensors
 from fedhet.fl.engine import evaluate
+from fedhet.metrics.cgv import client_gradient_variance
 from fedhet.pipeline import RunContext
 from fedhet.runs import Run
 from fedhet.store import ArtifactStore
@@ -25,7 +26,10 @@ def per_class_accuracy(
     ]
 
 
-def evaluate_run(run: Run, group: zarr.Group, store: ArtifactStore | None = None) -> dict:
+def evaluate_run(
+    run: Run, group: zarr.Group, store: ArtifactStore | None = None, cgv: bool = False
+) -> dict:
+    """Accuracy of the run's final model; with `cgv`, also its client gradient variance."""
     from fedhet.stages.train import build_setup, make_algorithm
 
     if "model" not in group:
@@ -34,11 +38,12 @@ def evaluate_run(run: Run, group: zarr.Group, store: ArtifactStore | None = None
         )
     ctx = RunContext(run.spec, store or ArtifactStore())
     setup = build_setup(run.spec, ctx.upstream(run.node, "partition"))
+    clients = list(setup.clients)  # an algorithm may replace them (centralized: their union)
     model = make_algorithm(run.spec, setup).build_model().to(setup.device)
     model.load_state_dict(tensors.load(group["model"], "final", setup.device))
     ds = setup.dataset
     accuracy, loss = evaluate(model, ds.test_x, ds.test_y)
-    return {
+    report = {
         "algorithm": run.algorithm_label,
         "setting": run.setting_label,
         "seed": run.spec.seed,
@@ -46,5 +51,8 @@ def evaluate_run(run: Run, group: zarr.Group, store: ArtifactStore | None = None
         "accuracy": accuracy,
         "loss": loss,
         "per_class": per_class_accuracy(model, ds.test_x, ds.test_y, ds.num_classes),
-        "per_client": [evaluate(model, c.x, c.y)[0] for c in setup.clients],
+        "per_client": [evaluate(model, c.x, c.y)[0] for c in clients],
     }
+    if cgv:
+        report["cgv"] = client_gradient_variance(model, clients)
+    return report

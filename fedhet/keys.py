@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 from enum import Enum
 from typing import Any
 
@@ -20,7 +21,12 @@ def _canonical(value: Any) -> Any:
         return {str(k): _canonical(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
-    if isinstance(value, float):
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Integral):  # numpy integers hash like Python ints
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)  # numpy floats: repr(np.float64(x)) is not repr(x)
         if not math.isfinite(value):
             raise ValueError(f"non-finite float {value!r} cannot enter a key")
         return {"float": repr(value)}  # repr round-trips exactly; ints stay distinct from floats

@@ -8,7 +8,7 @@ reuses every artifact already in the store.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +26,9 @@ class StageNode:
     version: int
     config: dict[str, Any]
     upstream: dict[str, StageNode] = field(default_factory=dict)
+    # The spec this node and its upstream run under when it is not the run's own (TCT's
+    # bootstrap is the train node of an equivalent FedAvg spec). Never part of the key.
+    spec: Spec | None = field(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -77,6 +80,8 @@ def stage(name: str) -> Callable[[StageRunner], StageRunner]:
 
 def ensure(node: StageNode, ctx: RunContext) -> zarr.Group:
     """The node's artifact, computing it (and its missing upstream) if it is not in the store."""
+    if node.spec is not None:
+        ctx = replace(ctx, spec=node.spec)
     for up in node.upstream.values():
         ensure(up, ctx)
     store, key = ctx.store, node.key

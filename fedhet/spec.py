@@ -14,12 +14,14 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from fedhet.errors import InputError
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf/nan would pass range checks like gt=0 and cannot enter a key
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --- data -------------------------------------------------------------------------------
@@ -91,6 +93,8 @@ class RotationPartition(_PartitionBase):
     scheme: Literal["rotation"] = "rotation"
     rotation: RotationSpec = RotationSpec()
 
+
+_DISCRIMINATORS = ("scheme",)  # the tag fields of the spec's discriminated unions
 
 PartitionSpec = Annotated[
     IIDPartition
@@ -179,15 +183,31 @@ def algorithm_configs() -> dict[str, type[AlgorithmSpec]]:
     return {name: algo.Config for name, algo in ALGORITHMS.items()}
 
 
+def _algorithm_error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
+    error = PydanticCustomError("algorithm", message)
+    return ValidationError.from_exception_data("Spec", [{"type": error, "loc": loc, "input": value}])
+
+
 def _validate_algorithm(value: Any) -> AlgorithmSpec:
+    """The algorithm's own config class validates the block; errors are located under `algorithm`."""
     if isinstance(value, AlgorithmSpec):
         return value
-    if not isinstance(value, dict) or "name" not in value:
-        raise ValueError("algorithm needs a name, e.g. {name: fedavg}")
+    if not isinstance(value, dict):
+        raise _algorithm_error(("algorithm",), "must be a mapping, e.g. {name: fedavg}", value)
     configs = algorithm_configs()
-    if value["name"] not in configs:
-        raise ValueError(f"unknown algorithm {value['name']!r}; choose one of {sorted(configs)}")
-    return configs[value["name"]].model_validate(value)
+    name = value.get("name")
+    if not isinstance(name, str) or name not in configs:
+        message = f"unknown or missing algorithm; choose one of {', '.join(sorted(configs))}"
+        raise _algorithm_error(("algorithm", "name"), message, name)
+    try:
+        return configs[name].model_validate(value)
+    except ValidationError as err:
+        located = [
+            {"type": e["type"], "loc": ("algorithm", *e["loc"]), "input": e["input"]}
+            | ({"ctx": e["ctx"]} if "ctx" in e else {})
+            for e in err.errors()
+        ]
+        raise ValidationError.from_exception_data("Spec", located) from None
 
 
 # --- eval and runtime -------------------------------------------------------------------
@@ -222,7 +242,7 @@ class Spec(Section):
     algorithm: AlgorithmSpec = Field(default_factory=lambda: _validate_algorithm({"name": "fedavg"}))
     eval: EvalSpec = EvalSpec()
     runtime: RuntimeSpec = RuntimeSpec()
-    matrix: dict[str, list[Any]] | None = Field(
+    matrix: dict[str, Annotated[list[Any], Field(min_length=1)]] | None = Field(
         None, description="dotted field path -> values; expands into one run per combination"
     )
 
@@ -263,16 +283,51 @@ class Spec(Section):
 # --- loading ----------------------------------------------------------------------------
 
 
-def _format_error(err: ValidationError, source: str) -> str:
-    first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"] if not str(p).startswith("function-"))
-    where = where or "spec"
-    msg = first["msg"].removeprefix("Value error, ")
-    hint = ""
-    if first["type"] == "extra_forbidden":
-        hint = " (unknown field: remove it or check its spelling; `fedhet spec schema` lists fields)"
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{source}: {where}: {msg}{hint}{more}"
+def _field_path(loc: tuple[int | str, ...], data: Any) -> list[str]:
+    """The user's path to an error: pydantic's loc without the union tags it inserts right after
+    a discriminated union's field (`partition.dirichlet.alpha` -> `partition.alpha`)."""
+    path, node, entered = [], data, False
+    for part in loc:
+        tagged = isinstance(node, dict) and any(node.get(d) == part for d in _DISCRIMINATORS)
+        if (entered and tagged) or str(part).startswith("function-"):
+            entered = False
+            continue
+        path.append(str(part))
+        inside = isinstance(node, dict) and part in node
+        inside |= isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        node, entered = (node[part] if inside else None), True
+    return path
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _format_error(err: ValidationError, source: str, data: Any) -> str:
+    """One line: where the first problem is, what is wrong, and how to fix it."""
+    first = err.errors(include_url=False)[0]
+    path, kind, ctx = _field_path(first["loc"], data), first["type"], first.get("ctx", {})
+    value = first.get("input")
+    if kind == "extra_forbidden":
+        msg = "unknown field; remove it or fix its spelling (`fedhet spec schema` lists the fields)"
+    elif kind == "missing":
+        msg = "required field is missing; add it"
+    elif kind in ("union_tag_invalid", "union_tag_not_found"):
+        path.append(ctx["discriminator"].strip("'"))
+        if "tag" in ctx:
+            msg = f"unknown value {ctx['tag']!r}; choose one of {ctx['expected_tags']}"
+        else:
+            msg = "missing; add it (`fedhet spec schema` lists the choices)"
+    else:
+        msg = first["msg"].removeprefix("Value error, ")
+        msg = msg[:1].lower() + msg[1:]
+        if path and not isinstance(value, dict | list):
+            msg += f" (got {_short(value)})"
+    more = err.error_count() - 1
+    suffix = f" (+{more} more problem{'s' if more > 1 else ''})" if more else ""
+    where = f"{'.'.join(path)}: " if path else ""
+    return f"{source}: {where}{msg}{suffix}"
 
 
 def parse_spec(data: Any, source: str = "spec") -> Spec:
@@ -282,7 +337,7 @@ def parse_spec(data: Any, source: str = "spec") -> Spec:
     try:
         return Spec.model_validate(data)
     except ValidationError as err:
-        raise InputError(_format_error(err, source)) from None
+        raise InputError(_format_error(err, source, data)) from None
 
 
 def load_yaml(path: str | Path) -> dict:
@@ -290,7 +345,11 @@ def load_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise InputError(f"{path}: spec file not found; pass the path of a YAML spec (see specs/)")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read the spec ({err}); pass a readable UTF-8 YAML file")
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -325,13 +384,20 @@ def expand(spec: Spec) -> list[tuple[dict[str, Any], Spec]]:
     runs = []
     for values in itertools.product(*(spec.matrix[a] for a in axes)):
         data = copy.deepcopy(base)
-        for axis, value in zip(axes, values, strict=True):
+        for axis, value in sorted(zip(axes, values, strict=True), key=_application_order):
             if axis == "algorithm.name":  # a new algorithm starts from its own defaults
                 data["algorithm"] = {"name": value}
             else:
                 _set_path(data, axis, value)
         runs.append((dict(zip(axes, values, strict=True)), parse_spec(data, f"matrix {values}")))
     return runs
+
+
+def _application_order(axis_value: tuple[str, Any]) -> tuple[bool, int]:
+    """Whole sections before the fields inside them, so e.g. `algorithm.name` and `algorithm.mu`
+    axes combine whatever their order in the file."""
+    axis = axis_value[0]
+    return axis != "algorithm.name", axis.count(".")
 
 
 def json_schema() -> dict[str, Any]:
@@ -342,5 +408,6 @@ def json_schema() -> dict[str, Any]:
 
     configs = tuple(algorithm_configs().values())
     algorithm_union = Annotated[Union[configs], Field(discriminator="name")]  # noqa: UP007
-    schema_model = create_model("Spec", __base__=Spec, algorithm=(algorithm_union, None))
+    default = Field(default_factory=lambda: _validate_algorithm({"name": "fedavg"}))
+    schema_model = create_model("Spec", __base__=Spec, algorithm=(algorithm_union, default))
     return schema_model.model_json_schema()

@@ -10,6 +10,7 @@ import torch
 
 from fedhet.fl.algorithm import Algorithm, ClientJob, TrainSetup
 from fedhet.fl.local import ClientData, num_local_steps
+from fedhet.fl.tensors import Tensors
 from fedhet.spec import AlgorithmSpec
 
 
@@ -28,6 +29,9 @@ class Centralized(Algorithm):
             torch.cat([c.y for c in setup.clients]),
         )
         setup.clients = [union]
+
+    def shared(self, state: Tensors) -> Tensors:
+        return {}  # one machine holds all the data: nothing crosses a network
 
     def local_steps(self, job: ClientJob) -> int:
         if self.fed.local_steps is not None:

@@ -5,8 +5,9 @@ An algorithm is a few functions over explicit state:
 - `client_update(job)`: local training from the global state, returning a `ClientResult`;
 - `aggregate(global_state, server_state, results, weights)`: the new global state;
 - hooks: `local_loss` (the local objective), `before_step` (gradient rewriting),
-  `synchronized_first_step` (a lockstep step across the round's clients), `download`/`shared`
-  (what crosses the network, for accounting), `build_model` and `plan` (extra stages).
+  `synchronized_first_step` (a lockstep step across the round's clients, returning the
+  `Traffic` it adds), `download`/`shared` (what crosses the network, for accounting),
+  `evaluation_states` (personalized models to evaluate), `build_model` and `plan` (extra stages).
 The engine owns the round loop, sampling, evaluation, metrics and checkpoints.
 """
 
@@ -70,6 +71,15 @@ class ClientResult:
     upload: Tensors = field(default_factory=dict)  # extra tensors sent to the server
 
 
+@dataclass(frozen=True)
+class Traffic:
+    """Communication a round adds beyond the model exchange (e.g. FedTAN's synchronized step)."""
+
+    bytes_up: int = 0  # summed over the round's clients
+    bytes_down: int = 0  # summed over the round's clients
+    rounds: int = 0  # extra server-client round trips
+
+
 class Algorithm:
     name: ClassVar[str] = "fedavg"
 
@@ -125,8 +135,18 @@ class Algorithm:
 
     def synchronized_first_step(
         self, round: int, model: nn.Module, jobs: list[ClientJob], weights: list[float]
-    ) -> None:
-        """Optionally set `job.first_step` for every job (a lockstep step across clients)."""
+    ) -> Traffic:
+        """Optionally set `job.first_step` for every job (a lockstep step across clients).
+
+        Called once per round, before any client trains, with `model` holding the global state.
+        """
+        return Traffic()
+
+    def evaluation_states(
+        self, global_state: Tensors, client_states: dict[int, Tensors]
+    ) -> list[Tensors]:
+        """Model states whose test metrics are averaged into a round's test accuracy and loss."""
+        return [global_state]
 
     # --- client side --------------------------------------------------------------------
 

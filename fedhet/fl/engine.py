@@ -15,7 +15,7 @@ from torch import nn
 
 from fedhet.errors import RunError
 from fedhet.fl import tensors
-from fedhet.fl.algorithm import Algorithm, ClientJob, ClientResult, TrainSetup
+from fedhet.fl.algorithm import Algorithm, ClientJob, ClientResult, Traffic, TrainSetup
 from fedhet.fl.local import Divergence
 from fedhet.fl.tensors import Tensors
 from fedhet.rng import numpy_rng, torch_generator
@@ -27,6 +27,7 @@ METRICS = (
     "divergence",
     "bytes_up",
     "bytes_down",
+    "comm_rounds",  # server-client round trips: 1 (model exchange) + a synchronized step's
     "wall_time",
 )
 
@@ -72,9 +73,12 @@ class Checkpoints:
     def __init__(self, folder: Path, device: torch.device):
         self.folder, self.device = folder, device
 
+    def path(self, round: int) -> Path:
+        return self.folder / f"ckpt-{round:06d}.zarr"
+
     def save(self, state: RunState) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        final = self.folder / f"ckpt-{state.round:06d}.zarr"
+        final = self.path(state.round)
         tmp = self.folder / f".tmp-{final.name}"
         group = zarr.open_group(tmp, mode="w")
         write_run_state(group, state)
@@ -175,7 +179,8 @@ class Engine:
         jobs = []
         for cid in sampled:
             model = self.model  # one model object is reused: each job loads the global state first
-            client_state = state.client_states.setdefault(cid, {})
+            # a copy: the round's changes are committed only when the whole round succeeds
+            client_state = tensors.clone(state.client_states.get(cid, {}))
             gen = torch_generator(self.spec.seed, "local", rnd, cid)
             jobs.append(
                 ClientJob(
@@ -200,7 +205,7 @@ class Engine:
         weights = self.weights_all[sampled] / self.weights_all[sampled].sum()
         jobs = self.make_jobs(rnd, state, sampled)
         self.model.load_state_dict(state.global_state)
-        algo.synchronized_first_step(rnd, self.model, jobs, weights.tolist())
+        traffic = algo.synchronized_first_step(rnd, self.model, jobs, weights.tolist())
         down = tensors.nbytes(algo.shared(state.global_state)) + tensors.nbytes(
             algo.download(state.server_state)
         )
@@ -211,15 +216,18 @@ class Engine:
                 results.append(algo.client_update(job))
             except Divergence as err:
                 self.fail(rnd, state, f"client {job.client.id}: {err}")
-        new_global = algo.aggregate(
-            state.global_state, state.server_state, results, weights.tolist()
-        )
+        server_state = tensors.clone(state.server_state)  # aggregate may update it in place
+        new_global = algo.aggregate(state.global_state, server_state, results, weights.tolist())
         if not tensors.all_finite(new_global):
             self.fail(rnd, state, "the aggregated model is not finite")
-        self.record(rnd, state, new_global, results, len(jobs) * down, started)
+        state.server_state = server_state
+        state.client_states.update({job.client.id: job.client_state for job in jobs})
+        self.record(rnd, state, new_global, results, len(jobs) * down, traffic, started)
 
     def fail(self, rnd: int, state: RunState, what: str) -> None:
-        self.checkpoints.save(state)  # keeps the metrics so far for inspection
+        # `state` is still the state before this round: keep it (and the metrics so far)
+        if not self.checkpoints.path(state.round).exists():
+            self.checkpoints.save(state)
         raise RunError(
             f"round {rnd + 1}: {what}; metrics so far kept in {self.checkpoints.folder} "
             "(lower federation.lr)"
@@ -232,24 +240,22 @@ class Engine:
         new_global: Tensors,
         results: list[ClientResult],
         bytes_down: int,
+        traffic: Traffic,
         started: float,
     ) -> None:
         algo = self.algorithm
         up = sum(tensors.nbytes(algo.shared(r.state)) + tensors.nbytes(r.upload) for r in results)
-        divergence = float(np.mean([tensors.distance(new_global, r.state) for r in results]))
+        shared_global = algo.shared(new_global)
+        divergence = float(
+            np.mean([tensors.distance(shared_global, algo.shared(r.state)) for r in results])
+        )
         train_loss = float(np.mean([r.stats.mean_loss for r in results]))
         state.global_state = new_global
         acc, loss = float("nan"), float("nan")
         last = rnd + 1 == self.spec.federation.rounds
         if (rnd + 1) % self.spec.eval.every == 0 or last:
-            self.model.load_state_dict(new_global)
-            ds = self.setup.dataset
-            acc, loss = evaluate(
-                self.model,
-                self.setup.extras.get("test_x", ds.test_x),
-                self.setup.extras.get("test_y", ds.test_y),
-                self.spec.runtime.eval_batch_size,
-            )
+            evaluated = algo.evaluation_states(new_global, state.client_states)
+            acc, loss = self.evaluate_states(evaluated)
             if acc > state.best_accuracy:
                 state.best_accuracy, state.best_state = acc, tensors.clone(new_global)
         row = {
@@ -257,10 +263,28 @@ class Engine:
             "test_loss": loss,
             "train_loss": train_loss,
             "divergence": divergence,
-            "bytes_up": float(up),
-            "bytes_down": float(bytes_down),
+            "bytes_up": float(up + traffic.bytes_up),
+            "bytes_down": float(bytes_down + traffic.bytes_down),
+            "comm_rounds": float(1 + traffic.rounds),
             "wall_time": time.perf_counter() - started,
         }
         for name, value in row.items():
             state.metrics[name].append(value)
         self.on_round(rnd, row)
+
+    def evaluate_states(self, states: list[Tensors]) -> tuple[float, float]:
+        """Test (accuracy, loss) averaged over model states (one: the global model)."""
+        ds = self.setup.dataset
+        scores = []
+        for model_state in states:
+            self.model.load_state_dict(model_state)
+            scores.append(
+                evaluate(
+                    self.model,
+                    self.setup.extras.get("test_x", ds.test_x),
+                    self.setup.extras.get("test_y", ds.test_y),
+                    self.spec.runtime.eval_batch_size,
+                )
+            )
+        accuracies, losses = zip(*scores, strict=True)
+        return float(np.mean(accuracies)), float(np.mean(losses))

@@ -35,7 +35,10 @@ def num_local_steps(fed: FederationSpec, n: int, epochs_scale: float = 1.0) -> i
 def batch_schedule(
     n: int, batch_size: int, steps: int, gen: torch.Generator
 ) -> Iterator[torch.Tensor]:
-    """`steps` index batches: successive seeded permutations cut into batches (last may be short)."""
+    """`steps` index batches: successive seeded permutations cut into batches.
+
+    The last batch of each permutation may be short.
+    """
     done = 0
     while done < steps:
         perm = torch.randperm(n, generator=gen)

@@ -26,7 +26,10 @@ def nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
 def weighted_average(
     states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[float]
 ) -> Tensors:
-    """sum_i w_i * state_i for floating tensors; integer buffers (BN counters) from the first state."""
+    """sum_i w_i * state_i for floating tensors.
+
+    Integer buffers (BN counters) are taken from the first state.
+    """
     out = {}
     for name, first in states[0].items():
         if first.is_floating_point():
@@ -37,8 +40,11 @@ def weighted_average(
 
 
 def distance(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
-    """Euclidean norm of a - b over all floating tensors."""
-    total = sum(float(((a[k] - b[k]).double() ** 2).sum()) for k in a if a[k].is_floating_point())
+    """Euclidean norm of a - b over all floating tensors (summed in name order, so the result
+    does not depend on the dicts' order, which a checkpoint round trip changes)."""
+    total = sum(
+        float(((a[k] - b[k]).double() ** 2).sum()) for k in sorted(a) if a[k].is_floating_point()
+    )
     return total**0.5
 
 

@@ -1,3 +1,4 @@
 """Stage runners; importing this package registers them in `fedhet.pipeline.STAGES`."""
 
-from fedhet.stages import partition, train  # noqa: F401
+from fedhet.stages import partition, pseudo, train  # noqa: F401
+from fedhet.stages import entk, regress  # noqa: F401

@@ -38,10 +38,15 @@ def _torch_generator(seed_sequence: np.random.SeedSequence) -> torch.Generator:
     return torch.Generator().manual_seed(_derived_seed(seed_sequence))
 
 
-def _in_batches(sample: Callable[[slice], Tensor], count: int, batch_size: int) -> Tensor:
-    """Runs `sample` on consecutive index slices so activations stay bounded in memory."""
+def _in_batches(network: Callable[..., Tensor], inputs: list[Tensor], batch_size: int) -> Tensor:
+    """`network(*inputs)` computed on consecutive slices of the inputs' first dimension, so
+    activations stay bounded in memory."""
+    count = len(inputs[0])
     with torch.no_grad():
-        parts = [sample(slice(i, i + batch_size)) for i in range(0, count, batch_size)]
+        parts = [
+            network(*(tensor[i : i + batch_size] for tensor in inputs))
+            for i in range(0, count, batch_size)
+        ]
     return torch.cat(parts)
 
 
@@ -69,7 +74,13 @@ def stylegan2_images(
     """
     channels_out, height, width = shape
     config = StyleGAN2Config(
-        height, width, channels_out, style_dim, mapping_layers, channels, noise_strength
+        height=height,
+        width=width,
+        out_channels=channels_out,
+        style_dim=style_dim,
+        mapping_layers=mapping_layers,
+        channels=channels,
+        noise_strength=noise_strength,
     )
     weight_seq, stats_seq, *class_seqs = np.random.SeedSequence(seed).spawn(2 + num_classes)
     network = StyleGAN2Generator(config, _derived_seed(weight_seq))
@@ -79,6 +90,9 @@ def stylegan2_images(
     noise_means = F.normalize(torch.randn(num_classes, len(noise_shapes), generator=stats), dim=1)
     noise_std = 0.1 / len(noise_shapes)
 
+    def synthesize(z: Tensor, *noises: Tensor) -> Tensor:
+        return network(z, list(noises))
+
     images = []
     for k, class_seq in enumerate(class_seqs):
         draw = _torch_generator(class_seq)
@@ -87,9 +101,7 @@ def stylegan2_images(
             noise_means[k, layer] + noise_std * torch.randn(per_class, 1, h, w, generator=draw)
             for layer, (h, w) in enumerate(noise_shapes)
         ]
-        images.append(
-            _in_batches(lambda b: network(z[b], [n[b] for n in noises]), per_class, batch_size)
-        )
+        images.append(_in_batches(synthesize, [z, *noises], batch_size))
     return torch.cat(images)
 
 
@@ -179,7 +191,7 @@ def conv_images(
         weight_seq, latent_seq = class_seq.spawn(2)
         network = ConvGenerator(z_dim, channels, shape, _torch_generator(weight_seq))
         z = torch.randn(per_class, z_dim, generator=_torch_generator(latent_seq))
-        images.append(_in_batches(lambda b: network(z[b]), per_class, batch_size))
+        images.append(_in_batches(network, [z], batch_size))
     return torch.cat(images)
 
 

@@ -1,0 +1,159 @@
+"""Shared fixtures: temporary artifact stores, tiny spec files, and ways to run `fedhet`.
+
+`run_fedhet` starts a real process (`python -m fedhet`), which costs several seconds of imports
+(torch, torchvision) on a busy 2-core machine. Most CLI tests use the session-scoped `fedhet`
+fixture instead: one server process pays the imports once, then forks a fresh child per command
+that runs `fedhet.cli.main()` exactly as the console script does (its own argv, environment,
+working directory and stdout/stderr files, exit code from `sys.exit`, and the interpreter's
+traceback on an uncaught exception).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class CliResult:
+    rc: int
+    stdout: str
+    stderr: str
+
+
+CliRunner = Callable[..., CliResult]
+
+
+def cli_env(store: Path | None = None, **extra: str) -> dict[str, str]:
+    """The test's environment, with rich's default width (80) whatever the terminal says."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} | extra
+    if store is not None:
+        env["FEDHET_STORE"] = str(store)
+    return env
+
+
+def run_fedhet(
+    *args: Any, store: Path | None = None, env: dict[str, str] | None = None, timeout: float = 180
+) -> CliResult:
+    """Run `python -m fedhet ARGS` as a separate process."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedhet", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env or cli_env(store),
+        timeout=timeout,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+_FORK_SERVER = r"""
+import json, os, sys, traceback
+
+import fedhet.cli
+import fedhet.models, fedhet.plots, fedhet.runs, sklearn.datasets  # the slow imports, paid once
+
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            for fd, name in ((1, "stdout"), (2, "stderr")):
+                os.dup2(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+            sys.argv = ["fedhet", *request["args"]]
+            fedhet.cli.main()
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+"""
+
+
+@pytest.fixture(scope="session")
+def fedhet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRunner]:
+    """`fedhet(*args, store=None, env=None) -> CliResult`, each call in a forked child process."""
+    work = tmp_path_factory.mktemp("fedhet-cli")
+    server_log = work / "server.log"
+    with open(server_log, "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-c", _FORK_SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            cwd=REPO,
+            env=cli_env(),
+        )
+    calls = iter(range(1_000_000))
+
+    def run(*args: Any, store: Path | None = None, env: dict[str, str] | None = None) -> CliResult:
+        call = next(calls)
+        stdout, stderr = work / f"{call}.out", work / f"{call}.err"
+        request = {
+            "args": [str(a) for a in args],
+            "env": env or cli_env(store),
+            "cwd": str(REPO),
+            "stdout": str(stdout),
+            "stderr": str(stderr),
+        }
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        reply = server.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"fedhet fork server died: {server_log.read_text()}")
+        return CliResult(json.loads(reply)["rc"], stdout.read_text(), stderr.read_text())
+
+    yield run
+    assert server.stdin is not None
+    server.stdin.close()
+    server.wait(timeout=30)
+
+
+def write_spec(path: Path, spec: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+TINY_SPEC: dict[str, Any] = {
+    "name": "tiny-digits",
+    "seed": 3,
+    "data": {"dataset": "digits"},
+    "partition": {"scheme": "dirichlet", "clients": 4, "alpha": 0.5},
+    "model": {"arch": "mlp", "hidden": [16]},
+    "federation": {"rounds": 2, "batch_size": 32, "lr": 0.05},
+    "algorithm": {"name": "fedavg"},
+}
+
+
+@pytest.fixture
+def tiny_spec(tmp_path: Path) -> Path:
+    """A valid one-run spec on the embedded digits dataset."""
+    return write_spec(tmp_path / "tiny.yaml", TINY_SPEC)
+
+
+@pytest.fixture
+def store_root(tmp_path: Path) -> Path:
+    return tmp_path / "store"

@@ -1,0 +1,202 @@
+"""The baselines' defining properties: FedProx's proximal term, FedNova's normalized averaging,
+SCAFFOLD's control variates and its advantage over FedAvg on a convex non-iid problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedhet.algorithms.fedavg import FedAvg
+from fedhet.algorithms.fednova import normalizer
+from fedhet.data import load_dataset
+from fedhet.fl.algorithm import TrainSetup
+from fedhet.fl.engine import Checkpoints, Engine, RunState, evaluate
+from fedhet.fl.local import ClientData
+from fedhet.models import build_model
+from fedhet.partition import make_partition
+from fedhet.rng import torch_generator
+from fedhet.spec import parse_spec
+from fedhet.stages.train import make_algorithm
+
+torch.set_num_threads(1)
+CPU = torch.device("cpu")
+DIGITS = load_dataset("digits")
+FEDERATION = {"rounds": 3, "batch_size": 64, "lr": 0.05}
+
+
+def make_setup(algorithm: dict, **sections) -> TrainSetup:
+    raw = {
+        "seed": 1,
+        "partition": {"scheme": "dirichlet", "clients": 5, "alpha": 0.3},
+        "model": {"arch": "mlp", "hidden": [16]},
+        "federation": FEDERATION,
+        "algorithm": algorithm,
+        "runtime": {"progress": False},
+        **sections,
+    }
+    spec = parse_spec(raw)
+    part = make_partition(spec.partition, DIGITS.train_y.numpy(), DIGITS.num_classes, spec.seed)
+    clients = [
+        ClientData(cid, DIGITS.train_x[index], DIGITS.train_y[index])
+        for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
+    ]
+    return TrainSetup(spec, DIGITS, clients, CPU)
+
+
+def make_engine(setup: TrainSetup, folder: Path, algorithm=None) -> Engine:
+    algo = (
+        algorithm(setup.spec.algorithm, setup) if algorithm else make_algorithm(setup.spec, setup)
+    )
+    return Engine(algo, setup, Checkpoints(folder, CPU), 1000)
+
+
+def run(folder: Path, algorithm: dict, **sections) -> RunState:
+    return make_engine(make_setup(algorithm, **sections), folder).run()
+
+
+def flat(state: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([state[k].reshape(-1) for k in sorted(state)])
+
+
+# --- FedProx ------------------------------------------------------------------------------
+
+MOMENTUM = {**FEDERATION, "momentum": 0.5}
+
+
+def test_fedprox_with_mu_zero_is_fedavg_exactly(tmp_path):
+    fedavg = run(tmp_path / "a", {"name": "fedavg"}, federation=MOMENTUM)
+    fedprox = run(tmp_path / "b", {"name": "fedprox", "mu": 0.0}, federation=MOMENTUM)
+    assert torch.equal(flat(fedprox.global_state), flat(fedavg.global_state))
+    proximal = run(tmp_path / "c", {"name": "fedprox", "mu": 0.5}, federation=MOMENTUM)
+    assert not torch.allclose(flat(proximal.global_state), flat(fedavg.global_state))
+
+
+def test_fedprox_local_steps_follow_the_proximal_gradient(tmp_path):
+    """One client: each step is w <- w - lr (grad CE + mu (w - w_global))."""
+    mu, steps = 2.0, 5
+    federation = {"rounds": 1, "batch_size": 128, "lr": 0.1, "local_steps": steps}
+    setup = make_setup(
+        {"name": "fedprox", "mu": mu},
+        partition={"scheme": "iid", "clients": 1},
+        federation=federation,
+    )
+    state = make_engine(setup, tmp_path).run()
+    model = build_model(setup.spec.model, DIGITS.shape, DIGITS.num_classes, setup.spec.seed)
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    client, gen = setup.clients[0], torch_generator(setup.spec.seed, "local", 0, 0)
+    perm = torch.randperm(client.n, generator=gen)
+    for step in range(steps):
+        idx = perm[step * 128 : (step + 1) * 128]
+        loss = F.cross_entropy(model(client.x[idx]), client.y[idx])
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        with torch.no_grad():
+            for (name, p), g in zip(model.named_parameters(), grads, strict=True):
+                p -= 0.1 * (g + mu * (p - start[name]))
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(state.global_state[name], p.detach(), rtol=1e-5, atol=1e-6)
+
+
+# --- FedNova ------------------------------------------------------------------------------
+
+
+def test_fednova_with_equal_local_steps_is_fedavg(tmp_path):
+    federation = {**MOMENTUM, "local_steps": 4}  # equal steps, unequal client sizes
+    fedavg = run(tmp_path / "a", {"name": "fedavg"}, federation=federation)
+    fednova = run(tmp_path / "b", {"name": "fednova"}, federation=federation)
+    torch.testing.assert_close(
+        flat(fednova.global_state), flat(fedavg.global_state), rtol=1e-5, atol=1e-6
+    )
+
+
+class RecordingFedAvg(FedAvg):
+    def aggregate(self, global_state, server_state, results, weights):
+        self.last = (global_state, results, weights)
+        return super().aggregate(global_state, server_state, results, weights)
+
+
+def test_fednova_with_unequal_steps_rescales_normalized_updates(tmp_path):
+    """x <- x - tau_eff sum_i p_i (x - y_i) / a_i, a_i from the momentum (Wang et al. 2020)."""
+    federation = {**MOMENTUM, "rounds": 1}  # one local epoch: steps grow with client size
+    setup = make_setup({"name": "fedavg"}, federation=federation)
+    engine = make_engine(setup, tmp_path / "a", RecordingFedAvg)
+    fedavg = engine.run()
+    x, results, p = engine.algorithm.last
+    steps = [r.stats.steps for r in results]
+    assert len(set(steps)) > 1
+    a = [normalizer(s, 0.5) for s in steps]
+    rho, tau = 0.5, steps[0]  # closed form of sum_{k<tau} (1 - rho^(k+1)) / (1 - rho)
+    assert a[0] == pytest.approx((tau - rho * (1 - rho**tau) / (1 - rho)) / (1 - rho))
+    tau_eff = sum(pi * ai for pi, ai in zip(p, a, strict=True))
+    expected = {}
+    for name, value in x.items():
+        step = sum(
+            pi * (value - r.state[name]) / ai for pi, ai, r in zip(p, a, results, strict=True)
+        )
+        expected[name] = value - tau_eff * step
+    fednova = run(tmp_path / "b", {"name": "fednova"}, federation=federation)
+    torch.testing.assert_close(flat(fednova.global_state), flat(expected), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(flat(fednova.global_state), flat(fedavg.global_state), atol=1e-4)
+
+
+# --- SCAFFOLD -----------------------------------------------------------------------------
+
+
+def scaffold_rounds(folder: Path, federation: dict):
+    """Yield (setup, state) after each round of a SCAFFOLD run."""
+    setup = make_setup({"name": "scaffold"}, federation=federation)
+    engine = make_engine(setup, folder)
+    state = engine.initial_state()
+    for rnd in range(federation["rounds"]):
+        engine.run_round(rnd, state)
+        yield setup, state
+
+
+def weighted_controls(setup: TrainSetup, state: RunState) -> dict[str, torch.Tensor]:
+    """sum_i p_i c_i over all clients (never-sampled clients hold c_i = 0)."""
+    p = np.asarray(setup.sizes, dtype=float) / sum(setup.sizes)
+    total = {k: torch.zeros_like(v) for k, v in state.server_state.items()}
+    for cid, controls in state.client_states.items():
+        for name, c_i in controls.items():
+            total[name] += float(p[cid]) * c_i
+    return total
+
+
+def test_scaffold_corrections_sum_to_zero_under_full_participation(tmp_path):
+    for setup, state in scaffold_rounds(tmp_path, {**FEDERATION, "rounds": 4}):
+        c = state.server_state
+        assert set(state.client_states) == set(range(5))
+        assert any(float(v.abs().max()) > 1e-3 for v in c.values())  # the controls are live
+        for name, weighted in weighted_controls(setup, state).items():
+            # sum_i p_i (c_i - c) == sum_i p_i c_i - c == 0
+            torch.testing.assert_close(
+                weighted - c[name], torch.zeros_like(c[name]), atol=1e-6, rtol=0
+            )
+
+
+def test_scaffold_server_control_is_the_weighted_client_mean_under_sampling(tmp_path):
+    federation = {**FEDERATION, "rounds": 4, "clients_per_round": 2}
+    for setup, state in scaffold_rounds(tmp_path, federation):
+        for name, weighted in weighted_controls(setup, state).items():
+            torch.testing.assert_close(state.server_state[name], weighted, atol=1e-6, rtol=0)
+
+
+def test_scaffold_beats_fedavg_on_convex_one_class_per_client(tmp_path):
+    """Multinomial logistic regression, each client one class, no momentum: client drift
+    stalls FedAvg; SCAFFOLD's corrections remove it (Karimireddy et al., 2020)."""
+    sections = {
+        "partition": {"scheme": "classes", "clients": 10, "classes_per_client": 1},
+        "model": {"arch": "mlp", "hidden": []},
+        "federation": {"rounds": 8, "batch_size": 32, "lr": 0.05, "local_steps": 10},
+        "eval": {"every": 100},
+    }
+    losses = {}
+    for name in ("fedavg", "scaffold"):
+        setup = make_setup({"name": name}, **sections)
+        engine = make_engine(setup, tmp_path / name)
+        engine.model.load_state_dict(engine.run().global_state)
+        losses[name] = evaluate(engine.model, DIGITS.train_x, DIGITS.train_y)[1]
+    assert losses["scaffold"] < 0.75 * losses["fedavg"], losses

@@ -1,0 +1,228 @@
+"""`fedhet train/eval/report` end to end on digits: SIGKILL and resume, divergence, the eval
+JSON (with CGV) and the paper-style report of a 2x2 matrix."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+import zarr
+
+from fedhet.cli import main
+from fedhet.data import load_dataset
+from fedhet.runs import runs_of
+from fedhet.spec import load_spec
+from fedhet.store import ArtifactStore
+
+torch.set_num_threads(1)
+RUNTIME = {"threads": 1, "progress": False, "device": "cpu"}
+
+
+def write_spec(folder: Path, name: str, **sections) -> Path:
+    raw = {
+        "name": name,
+        "seed": 0,
+        "data": {"dataset": "digits"},
+        "partition": {"scheme": "dirichlet", "clients": 4, "alpha": 0.5},
+        "model": {"arch": "mlp", "hidden": [16]},
+        "federation": {"rounds": 2, "batch_size": 64, "lr": 0.05},
+        "runtime": RUNTIME,
+        **sections,
+    }
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def fedhet(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run the CLI in this process: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["fedhet", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def train_key(spec_path: Path) -> str:
+    (run,) = runs_of(load_spec(spec_path))
+    return run.node.key
+
+
+def read_arrays(group: zarr.Group, name: str) -> dict[str, np.ndarray]:
+    return {key: np.asarray(arr[...]) for key, arr in group[name].arrays()}
+
+
+# --- SIGKILL and resume -----------------------------------------------------------------
+
+
+ROUNDS = 16
+
+
+def newest_checkpoint(partial: Path) -> Path | None:
+    found = sorted(partial.glob("ckpt-*.zarr"))
+    return found[-1] if found else None
+
+
+def test_sigkilled_train_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, capsys):
+    sections = {
+        "partition": {"scheme": "dirichlet", "clients": 8, "alpha": 0.5},
+        "federation": {
+            "rounds": ROUNDS,
+            "clients_per_round": 4,
+            "batch_size": 64,
+            "lr": 0.05,
+            "momentum": 0.5,
+        },
+        "algorithm": {"name": "scaffold"},
+    }
+    spec = write_spec(tmp_path, "resume", **sections, runtime={**RUNTIME, "checkpoint_every": 4})
+    # the reference runs without checkpoints: runtime settings never change a key
+    uninterrupted = write_spec(
+        tmp_path, "uninterrupted", **sections, runtime={**RUNTIME, "checkpoint_every": 1000}
+    )
+    key, store = train_key(spec), tmp_path / "killed"
+    assert train_key(uninterrupted) == key
+    partial = store / "train" / f"{key}.partial"
+    command = [sys.executable, "-m", "fedhet", "train", str(spec), "--store", str(store)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while newest_checkpoint(partial) is None:
+        assert proc.poll() is None, f"train ended before any checkpoint: {proc.stderr.read()}"
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not ArtifactStore(store).exists("train", key), "killed too late: the run had finished"
+    checkpoint = zarr.open_group(newest_checkpoint(partial), mode="r")
+    done = int(checkpoint.attrs["round"])
+    assert 1 <= done < ROUNDS
+    wall_before = checkpoint["metrics"]["wall_time"][:]
+
+    code, _, err = fedhet(monkeypatch, capsys, *command[3:])  # run again, here
+    assert code == 0, err
+    assert not partial.exists()  # published: the checkpoints are gone
+    ref_args = ["train", str(uninterrupted), "--store", str(tmp_path / "ref")]
+    code, _, _ = fedhet(monkeypatch, capsys, *ref_args)
+    assert code == 0
+    resumed = ArtifactStore(store).open("train", key)
+    reference = ArtifactStore(tmp_path / "ref").open("train", key)
+    resumed_metrics, reference_metrics = (
+        read_arrays(resumed, "metrics"),
+        read_arrays(reference, "metrics"),
+    )
+    np.testing.assert_array_equal(resumed_metrics.pop("wall_time")[:done], wall_before)
+    reference_metrics.pop("wall_time")
+    assert resumed_metrics.keys() == reference_metrics.keys()
+    for name, values in reference_metrics.items():
+        assert len(values) == ROUNDS
+        np.testing.assert_array_equal(resumed_metrics[name], values, err_msg=name)
+    for name, values in read_arrays(reference["model"], "final").items():
+        np.testing.assert_array_equal(np.asarray(resumed["model"]["final"][name][...]), values)
+
+
+# --- divergence ---------------------------------------------------------------------------
+
+
+def diverging_spec(folder: Path) -> Path:
+    return write_spec(
+        folder,
+        "diverge",
+        model={"arch": "simple_cnn", "channels": [4, 8], "fc_width": 16},
+        federation={"rounds": 4, "batch_size": 32, "lr": 1000.0},
+    )
+
+
+def test_a_diverging_run_exits_1_naming_round_and_client(tmp_path, monkeypatch, capsys):
+    spec = diverging_spec(tmp_path)
+    code, _, err = fedhet(monkeypatch, capsys, "train", str(spec), "--store", str(tmp_path))
+    assert code == 1
+    message = " ".join(err[err.index("error: ") :].split())
+    found = re.match(r"error: round (\d+): client (\d+): loss became (nan|inf)", message)
+    assert found, message
+    assert "Traceback" not in err
+    failed_round = int(found.group(1))
+    key = train_key(spec)
+    assert not ArtifactStore(tmp_path).exists("train", key)
+    (checkpoint,) = (tmp_path / "train" / f"{key}.partial").glob("ckpt-*.zarr")
+    kept = zarr.open_group(checkpoint, mode="r")
+    assert kept.attrs["round"] == failed_round - 1
+    accuracy = kept["metrics"]["test_accuracy"][:]
+    assert len(accuracy) == failed_round - 1 and np.all(np.isfinite(accuracy))
+
+
+def test_run_errors_print_on_one_line_however_long(tmp_path, monkeypatch, capsys):
+    """The error names a path in the store, so it is long; it must still be one line."""
+    spec = diverging_spec(tmp_path)
+    code, _, err = fedhet(monkeypatch, capsys, "train", str(spec), "--store", str(tmp_path))
+    assert code == 1
+    assert err.rstrip("\n").splitlines()[-1].startswith("error: round "), err
+
+
+# --- eval and report ----------------------------------------------------------------------
+
+
+def test_eval_json_reports_global_per_class_per_client_and_cgv(tmp_path, monkeypatch, capsys):
+    spec = write_spec(tmp_path, "evaluate")
+    args = ["eval", str(spec), "--store", str(tmp_path), "--json", "--cgv"]
+    code, out, _ = fedhet(monkeypatch, capsys, *args)
+    assert code == 0
+    (report,) = json.loads(out)
+    digits = load_dataset("digits")
+    counts = np.bincount(digits.test_y.numpy(), minlength=10)
+    assert len(report["per_class"]) == 10 and len(report["per_client"]) == 4
+    # the global accuracy is the class-size-weighted mean of the per-class accuracies
+    weighted = float(np.dot(report["per_class"], counts) / counts.sum())
+    assert report["accuracy"] == pytest.approx(weighted, abs=1e-6)
+    assert 0.3 < report["accuracy"] <= 1 and all(0 <= a <= 1 for a in report["per_client"])
+    cgv = report["cgv"]
+    assert cgv["total"] > 0
+    assert cgv["features"] + cgv["head"] == pytest.approx(cgv["total"], rel=1e-9)
+    code, text, _ = fedhet(monkeypatch, capsys, "eval", str(spec), "--store", str(tmp_path))
+    assert code == 0 and "per class" in text and "CGV" not in text
+
+
+def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatch, capsys):
+    spec = write_spec(
+        tmp_path,
+        "grid",
+        model={"arch": "mlp", "hidden": []},
+        federation={"rounds": 2, "batch_size": 64, "lr": 0.1},
+        matrix={
+            "algorithm": [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
+            "partition": [
+                {"scheme": "iid", "clients": 3},
+                {"scheme": "classes", "clients": 3, "classes_per_client": 4},
+            ],
+        },
+    )
+    out_dir = tmp_path / "reports"
+    args = ["report", str(spec), "--store", str(tmp_path / "store"), "--out", str(out_dir)]
+    code, _, _ = fedhet(monkeypatch, capsys, *args)
+    assert code == 0
+    lines = (out_dir / "grid.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| algorithm |"))
+    table = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table]
+    assert cells[0] == ["algorithm", "iid", "#C=4"]
+    rows = {row[0]: row[1:] for row in cells[2:]}
+    assert list(rows) == ["fedavg", "fedprox"]
+    store = ArtifactStore(tmp_path / "store")
+    for run in runs_of(load_spec(spec)):
+        column = ["iid", "#C=4"].index(run.setting_label)
+        best = np.nanmax(store.open("train", run.node.key)["metrics"]["test_accuracy"][:])
+        assert rows[run.algorithm_label][column] == f"{100 * best:.2f}"
+    assert (out_dir / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
