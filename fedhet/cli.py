@@ -156,6 +156,43 @@ def partition(
             out.print(f"wrote {target}")
 
 
+@app.command("virtual")
+def virtual(
+    path: SpecPath,
+    grid: Annotated[
+        Path | None, typer.Option(help="write a PNG grid of samples, one row per class")
+    ] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Compute (or reuse) the VHL virtual dataset of every run and print its summary."""
+    from fedhet.pipeline import RunContext, ensure
+    from fedhet.spec import expand
+    from fedhet.stages.virtual import load_virtual, virtual_upstream
+    from fedhet.virtual import save_grid
+
+    st = ArtifactStore(store)
+    seen = set()
+    for _, run_spec in expand(_load(path)):
+        node = virtual_upstream(run_spec).get("virtual")
+        if node is None or node.key in seen:
+            continue
+        seen.add(node.key)
+        images, labels = load_virtual(ensure(node, RunContext(run_spec, st, err)))
+        generator = node.config["generator"]
+        out.print(
+            f"virtual {node.key[:12]}: {generator['kind']}, {len(labels)} images of shape "
+            f"{tuple(images.shape[1:])}, {node.config['classes']} classes"
+        )
+        if grid is not None:
+            target = grid if len(seen) == 1 else grid.with_stem(f"{grid.stem}-{node.key[:8]}")
+            save_grid(images, labels, target)
+            out.print(f"wrote {target}")
+    if not seen:
+        raise InputError(
+            f"{path}: no run trains on virtual data; set algorithm.vhl (variant vhl or naive)"
+        )
+
+
 RESULT_COLUMNS = [
     "algorithm",
     "setting",
@@ -224,7 +261,7 @@ def report(
 
     spec = _load(path, data_root)
     md, png = write_report(spec, ArtifactStore(store), out_dir)
-    out.print(md.read_text())
+    out.print(md.read_text(), markup=False, highlight=False)
     out.print(f"wrote {md} and {png}")
 
 

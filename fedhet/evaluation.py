@@ -19,7 +19,8 @@ def per_class_accuracy(
     model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int
 ) -> list[float]:
     model.eval()
-    pred = torch.cat([model(x[i : i + 1000]).argmax(1) for i in range(0, len(y), 1000)])
+    logits = [model(x[i : i + 1000])[:, :num_classes] for i in range(0, len(y), 1000)]
+    pred = torch.cat(logits).argmax(1)
     return [
         float((pred[y == c] == c).float().mean()) if (y == c).any() else float("nan")
         for c in range(num_classes)
@@ -42,7 +43,7 @@ def evaluate_run(
     model = make_algorithm(run.spec, setup).build_model().to(setup.device)
     model.load_state_dict(tensors.load(group["model"], "final", setup.device))
     ds = setup.dataset
-    accuracy, loss = evaluate(model, ds.test_x, ds.test_y)
+    accuracy, loss = evaluate(model, ds.test_x, ds.test_y, num_classes=ds.num_classes)
     report = {
         "algorithm": run.algorithm_label,
         "setting": run.setting_label,
@@ -51,7 +52,7 @@ def evaluate_run(
         "accuracy": accuracy,
         "loss": loss,
         "per_class": per_class_accuracy(model, ds.test_x, ds.test_y, ds.num_classes),
-        "per_client": [evaluate(model, c.x, c.y)[0] for c in clients],
+        "per_client": [evaluate(model, c.x, c.y, num_classes=ds.num_classes)[0] for c in clients],
     }
     if cgv:
         report["cgv"] = client_gradient_variance(model, clients)

@@ -21,7 +21,7 @@ def _canonical(value: Any) -> Any:
         return {str(k): _canonical(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    if isinstance(value, (bool, str)) or value is None:
         return value
     if isinstance(value, numbers.Integral):  # numpy integers hash like Python ints
         return int(value)

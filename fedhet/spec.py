@@ -68,7 +68,8 @@ class ClassesPartition(_PartitionBase):
     scheme: Literal["classes"] = "classes"
     classes_per_client: int = Field(2, ge=1)
     shuffle_classes: bool = Field(
-        True, description="False gives label-sorted contiguous blocks (client k owns classes kC..kC+C-1)"
+        True,
+        description="False gives label-sorted contiguous blocks (client k owns classes kC..kC+C-1)",
     )
 
 
@@ -150,7 +151,9 @@ class FederationSpec(Section):
     local_steps: int | None = Field(None, ge=1, description="fixed local steps; replaces epochs")
     batch_size: int = Field(32, ge=1)
     lr: float = Field(0.05, gt=0)
-    lr_decay: float = Field(1.0, gt=0, le=1, description="learning rate multiplied by this per round")
+    lr_decay: float = Field(
+        1.0, gt=0, le=1, description="learning rate multiplied by this per round"
+    )
     momentum: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
 
@@ -185,11 +188,13 @@ def algorithm_configs() -> dict[str, type[AlgorithmSpec]]:
 
 def _algorithm_error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
     error = PydanticCustomError("algorithm", message)
-    return ValidationError.from_exception_data("Spec", [{"type": error, "loc": loc, "input": value}])
+    return ValidationError.from_exception_data(
+        "Spec", [{"type": error, "loc": loc, "input": value}]
+    )
 
 
 def _validate_algorithm(value: Any) -> AlgorithmSpec:
-    """The algorithm's own config class validates the block; errors are located under `algorithm`."""
+    """The algorithm's own config class validates the block; errors are placed under `algorithm`."""
     if isinstance(value, AlgorithmSpec):
         return value
     if not isinstance(value, dict):
@@ -239,7 +244,9 @@ class Spec(Section):
     partition: PartitionSpec = IIDPartition()
     model: ModelSpec = ModelSpec()
     federation: FederationSpec = FederationSpec()
-    algorithm: AlgorithmSpec = Field(default_factory=lambda: _validate_algorithm({"name": "fedavg"}))
+    algorithm: AlgorithmSpec = Field(
+        default_factory=lambda: _validate_algorithm({"name": "fedavg"})
+    )
     eval: EvalSpec = EvalSpec()
     runtime: RuntimeSpec = RuntimeSpec()
     matrix: dict[str, Annotated[list[Any], Field(min_length=1)]] | None = Field(
@@ -347,7 +354,8 @@ def load_yaml(path: str | Path) -> dict:
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read the spec ({err}); pass a readable UTF-8 YAML file")
+        message = f"{path}: cannot read the spec ({err}); pass a readable UTF-8 YAML file"
+        raise InputError(message) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:

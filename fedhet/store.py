@@ -105,7 +105,11 @@ class ArtifactStore:
         for entry in sorted(self.root.glob("*/*.zarr")):
             if TMP_MARK in entry.name or not (entry / "zarr.json").is_file():
                 continue
-            found.append(self.info(entry.parent.name, entry.name.removesuffix(".zarr")))
+            stage, key = entry.parent.name, entry.name.removesuffix(".zarr")
+            try:
+                found.append(self.info(stage, key))
+            except Exception:  # corrupt metadata, whatever zarr raised: listed for `verify`
+                found.append(ArtifactInfo(stage, key, entry, {}))
         return found
 
     def find(self, prefix: str) -> ArtifactInfo:
@@ -204,7 +208,7 @@ class ArtifactStore:
             return True
 
     def gc(self) -> list[Path]:
-        """Remove temporaries of dead writers, checkpoints of published artifacts, and stale locks."""
+        """Remove dead writers' temporaries, checkpoints of published artifacts, stale locks."""
         removed = []
         for entry in sorted(self.root.glob("*/*")):
             stage = entry.parent.name

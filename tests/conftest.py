@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -21,6 +22,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from fedhet.store import ArtifactStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,6 +94,10 @@ for line in sys.stdin:
 """
 
 
+# The server's str-hash seed is fixed, so a test can run another process with a different one.
+SERVER_HASH_SEED = "2"
+
+
 @pytest.fixture(scope="session")
 def fedhet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRunner]:
     """`fedhet(*args, store=None, env=None) -> CliResult`, each call in a forked child process."""
@@ -104,9 +111,9 @@ def fedhet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRunner]:
             stderr=log,
             text=True,
             cwd=REPO,
-            env=cli_env(),
+            env=cli_env(PYTHONHASHSEED=SERVER_HASH_SEED),
         )
-    calls = iter(range(1_000_000))
+    calls, timeout = iter(range(1_000_000)), 300
 
     def run(*args: Any, store: Path | None = None, env: dict[str, str] | None = None) -> CliResult:
         call = next(calls)
@@ -121,14 +128,15 @@ def fedhet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRunner]:
         assert server.stdin is not None and server.stdout is not None
         server.stdin.write(json.dumps(request) + "\n")
         server.stdin.flush()
+        if not select.select([server.stdout], [], [], timeout)[0]:
+            raise TimeoutError(f"fedhet {' '.join(request['args'])}: no answer in {timeout} s")
         reply = server.stdout.readline()
         if not reply:
             raise RuntimeError(f"fedhet fork server died: {server_log.read_text()}")
         return CliResult(json.loads(reply)["rc"], stdout.read_text(), stderr.read_text())
 
     yield run
-    assert server.stdin is not None
-    server.stdin.close()
+    server.kill()  # idle between requests; a clean interpreter exit only costs time
     server.wait(timeout=30)
 
 
@@ -149,11 +157,7 @@ TINY_SPEC: dict[str, Any] = {
 
 
 @pytest.fixture
-def tiny_spec(tmp_path: Path) -> Path:
-    """A valid one-run spec on the embedded digits dataset."""
-    return write_spec(tmp_path / "tiny.yaml", TINY_SPEC)
-
-
-@pytest.fixture
-def store_root(tmp_path: Path) -> Path:
-    return tmp_path / "store"
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ArtifactStore:
+    """An empty store that is also the default (FEDHET_STORE) for in-process code."""
+    monkeypatch.setenv("FEDHET_STORE", str(tmp_path / "store"))
+    return ArtifactStore()

@@ -106,6 +106,14 @@ def test_groups_split_the_total():
     assert by_prefix["conv"] == pytest.approx(split["low"], rel=1e-12)
 
 
+def test_logistic_regression_has_only_a_head_group():
+    model = build_model(ModelSpec(arch="mlp", hidden=[]), SHAPE, CLASSES, seed=0)
+    clients = heterogeneous_clients()
+    result = client_gradient_variance(model, clients)
+    assert result.keys() == {"total", "head"}
+    assert result["head"] == result["total"] > 0
+
+
 @pytest.mark.parametrize("norm", ["none", "batch"])
 def test_cgv_is_zero_when_every_client_holds_the_same_data(norm):
     model = model_with(norm)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import TINY_SPEC, CliResult, CliRunner, cli_env, write_spec
+
 from fedhet.spec import json_schema, load_spec, parse_spec
 from fedhet.store import ArtifactStore
 
@@ -49,7 +49,9 @@ def partitioned(fedhet: CliRunner, tmp_path_factory: pytest.TempPathFactory) -> 
     (info,) = ArtifactStore(store).ls()
     stamp_after_first = stamp(info.path / "zarr.json")
     second = fedhet("partition", spec, "--plot", plot, store=store)
-    return Partitioned(spec, store, plot, first, second, stamp_after_first, fedhet("spec", "hash", spec))
+    return Partitioned(
+        spec, store, plot, first, second, stamp_after_first, fedhet("spec", "hash", spec)
+    )
 
 
 # --- partition ----------------------------------------------------------------------------
@@ -98,7 +100,9 @@ def test_partition_plot_writes_a_png(partitioned: Partitioned):
 # --- artifacts ----------------------------------------------------------------------------
 
 
-def test_artifacts_ls_shows_stage_key_spec_size_created(fedhet: CliRunner, partitioned: Partitioned):
+def test_artifacts_ls_shows_stage_key_spec_size_created(
+    fedhet: CliRunner, partitioned: Partitioned
+):
     env = cli_env()
     env.pop("FEDHET_STORE", None)
     result = fedhet("artifacts", "ls", "--store", partitioned.store, env=env)

@@ -4,22 +4,18 @@ objective, the algorithm in the engine, and Theorem 4.2 measured with the CGV me
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY_SPEC, write_spec
 
+from fedhet.cli import main
 from fedhet.data import load_dataset
-from fedhet.errors import InputError
-from fedhet.fedimpro.algorithm import (
-    MEAN,
-    VAR,
-    FedImpro,
-    decoupled_loss,
-    parameter_groups,
-    resolve_split,
-)
+from fedhet.fedimpro.algorithm import MEAN, VAR, resolve_split
 from fedhet.fedimpro.dissimilarity import decoupled_cgv
+from fedhet.fedimpro.objective import decoupled_loss, parameter_groups
 from fedhet.fedimpro.statistics import (
     add_noise,
     aggregate_statistics,
@@ -35,7 +31,6 @@ from fedhet.fl.local import ClientData
 from fedhet.metrics.cgv import client_gradient_variance
 from fedhet.models import build_model
 from fedhet.partition import make_partition
-from fedhet.runs import runs_of
 from fedhet.spec import ModelSpec, parse_spec
 
 torch.set_num_threads(1)
@@ -89,10 +84,10 @@ def test_server_aggregate_is_the_weighted_combination():
     for c in range(4):
         for d in range(5):
             assert mean[c, d].item() == pytest.approx(
-                sum(w * m[c, d].item() for w, m in zip(weights, means)), abs=1e-6
+                sum(w * m[c, d].item() for w, m in zip(weights, means, strict=True)), abs=1e-6
             )
             assert var[c, d].item() == pytest.approx(
-                sum(w * v[c, d].item() for w, v in zip(weights, variances)), abs=1e-6
+                sum(w * v[c, d].item() for w, v in zip(weights, variances, strict=True)), abs=1e-6
             )
 
 
@@ -150,12 +145,26 @@ def test_default_split_is_the_middle_point(arch, expected):
     assert torch.equal(high(low(x)), model(x))
 
 
-def test_an_invalid_split_point_is_rejected_when_planning():
-    spec = parse_spec({"data": {"dataset": "digits"}, "algorithm": {"name": "fedimpro", "split": "fc9"}})
-    with pytest.raises(InputError, match=r"algorithm\.split.*conv1.*conv2.*fc1"):
-        runs_of(spec)
-    ok = parse_spec({"data": {"dataset": "digits"}, "algorithm": {"name": "fedimpro", "split": "fc1"}})
-    assert len(runs_of(ok)) == 1
+def test_spec_validate_rejects_an_invalid_split_point_with_exit_2(tmp_path, monkeypatch, capsys):
+    def validate(split: str) -> tuple[int, str]:
+        spec = {**TINY_SPEC, "model": {"arch": "simple_cnn", "channels": [4, 8], "fc_width": 16}}
+        spec["algorithm"] = {"name": "fedimpro", "split": split}
+        path = write_spec(tmp_path / f"{split}.yaml", spec)
+        monkeypatch.setattr(sys, "argv", ["fedhet", "spec", "validate", str(path)])
+        try:
+            main()
+            code = 0
+        except SystemExit as exit:
+            code = exit.code
+        return code, capsys.readouterr().err
+
+    code, err = validate("fc9")
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "error: algorithm.split: 'fc9' is not a split point of this model; "
+        "choose one of ['conv1', 'conv2', 'fc1']"
+    ]
+    assert validate("fc1") == (0, "")
 
 
 def test_low_level_gradient_is_the_plain_one_and_sampled_features_get_none():
@@ -170,8 +179,12 @@ def test_low_level_gradient_is_the_plain_one_and_sampled_features_get_none():
     model.zero_grad()
     decoupled_loss(high, low(x), y, sampled, sampled_labels, real_share=0.6).backward()
     groups = parameter_groups(model, "conv2")
-    assert groups["low"] == ["features.conv1.0.weight", "features.conv1.0.bias",
-                             "features.conv2.0.weight", "features.conv2.0.bias"]
+    assert groups["low"] == [
+        "features.conv1.0.weight",
+        "features.conv1.0.bias",
+        "features.conv2.0.weight",
+        "features.conv2.0.bias",
+    ]
     params = dict(model.named_parameters())
     for name in groups["low"]:
         assert torch.allclose(params[name].grad, plain[name], rtol=1e-5, atol=1e-7), name
@@ -272,7 +285,9 @@ def trained_digits_model():
     ds = load_dataset("digits")
     part = make_partition(
         parse_spec({"partition": {"scheme": "dirichlet", "clients": 5, "alpha": 0.3}}).partition,
-        ds.train_y.numpy(), ds.num_classes, seed=0,
+        ds.train_y.numpy(),
+        ds.num_classes,
+        seed=0,
     )
     clients = [
         ClientData(i, ds.train_x[torch.from_numpy(idx)], ds.train_y[torch.from_numpy(idx)])
@@ -333,8 +348,9 @@ def test_theorem_4_2_is_exact_when_every_client_gets_the_same_sampled_features(
     def same_for_everyone(m, x, y):
         lo, hi = m.split("conv2")
         features = lo(x)
-        return decoupled_loss(hi, features, y, sampled.view(200, *features.shape[1:]),
-                              sampled_labels, real_share=0.4)
+        return decoupled_loss(
+            hi, features, y, sampled.view(200, *features.shape[1:]), sampled_labels, real_share=0.4
+        )
 
     plain = client_gradient_variance(model, clients, groups=groups)
     shared = client_gradient_variance(model, clients, groups=groups, loss_fn=same_for_everyone)

@@ -3,7 +3,6 @@ unchanged by downstream settings, and built from canonical JSON."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import json
 import re
@@ -12,8 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import SERVER_HASH_SEED, TINY_SPEC, CliRunner, cli_env, run_fedhet, write_spec
 
-from conftest import TINY_SPEC, cli_env, run_fedhet, write_spec
 from fedhet.keys import canonical_json, stage_key
 from fedhet.runs import runs_of
 from fedhet.spec import load_spec, parse_spec
@@ -43,17 +42,17 @@ BASE = {**TINY_SPEC, "algorithm": {"name": "fedprox", "mu": 0.01}}
 # --- the same spec, two processes ---------------------------------------------------------
 
 
-def test_spec_hash_is_identical_in_two_processes_and_matches_the_planner():
-    env = [cli_env(PYTHONHASHSEED=seed) for seed in ("1", "2")]  # different str hashing
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        first, second = pool.map(lambda e: run_fedhet("spec", "hash", QUICKSTART, env=e), env)
+def test_spec_hash_is_identical_in_two_processes_and_matches_the_planner(fedhet: CliRunner):
+    """A fresh `python -m fedhet` and the fork server's child: two interpreters whose str
+    hashing differs (PYTHONHASHSEED), so set or dict ordering cannot leak into a key."""
+    first = run_fedhet("spec", "hash", QUICKSTART, env=cli_env(PYTHONHASHSEED="1"))
+    second = fedhet("spec", "hash", QUICKSTART)
+    assert SERVER_HASH_SEED != "1"
     assert first.rc == second.rc == 0, first.stderr + second.stderr
     assert first.stdout == second.stdout
     printed = re.findall(r"^(\w+) +([0-9a-f]{64})$", first.stdout, flags=re.M)
     planned = [
-        (node.stage, node.key)
-        for run in runs_of(load_spec(QUICKSTART))
-        for node in run.node.walk()
+        (node.stage, node.key) for run in runs_of(load_spec(QUICKSTART)) for node in run.node.walk()
     ]
     assert printed == planned
     assert len({key for _, key in printed}) == 2 + 10  # 2 partitions shared by 10 train runs
@@ -64,7 +63,12 @@ def test_spec_hash_is_identical_in_two_processes_and_matches_the_planner():
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("federation.lr", 0.2), ("algorithm.mu", 0.5), ("federation.rounds", 3), ("model.hidden", [8])],
+    [
+        ("federation.lr", 0.2),
+        ("algorithm.mu", 0.5),
+        ("federation.rounds", 3),
+        ("model.hidden", [8]),
+    ],
 )
 def test_downstream_change_keeps_the_partition_key_and_changes_train(field: str, value: Any):
     before, after = keys_of(BASE), keys_of(set_field(BASE, field, value))
@@ -114,8 +118,7 @@ def test_equal_configs_written_differently_give_equal_keys():
 def test_canonical_json_is_sorted_compact_and_tags_floats():
     value = {"b": [1, 0.5, "x", None, True], "a": {"d": 1e-7, "c": -0.0}}
     assert canonical_json(value) == (
-        '{"a":{"c":{"float":"-0.0"},"d":{"float":"1e-07"}},'
-        '"b":[1,{"float":"0.5"},"x",null,true]}'
+        '{"a":{"c":{"float":"-0.0"},"d":{"float":"1e-07"}},"b":[1,{"float":"0.5"},"x",null,true]}'
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from conftest import REPO, TINY_SPEC, CliResult, CliRunner, cli_env, write_spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -22,8 +22,6 @@ from fedhet.algorithms import ALGORITHMS
 from fedhet.errors import InputError
 from fedhet.runs import runs_of
 from fedhet.spec import Spec, expand, json_schema, load_spec, parse_spec
-
-from conftest import REPO, TINY_SPEC, CliResult, CliRunner, cli_env, write_spec
 
 QUICKSTART = REPO / "specs" / "quickstart.yaml"
 SCHEMES = ["iid", "dirichlet", "classes", "subset", "quantity", "rotation"]
@@ -70,7 +68,9 @@ def test_empty_spec_gets_every_default():
         node, model = dumped, spec
         for part in path:
             node, model = node[part], getattr(model, part)
-        assert set(node) == set(type(model).model_fields), path
+        fields = set(type(model).model_fields)
+        left_out = fields - set(node)  # only options that are off may be left out of the dump
+        assert set(node) <= fields and all(getattr(model, f) is None for f in left_out), path
     assert (spec.data.dataset, spec.partition.scheme, spec.algorithm.name) == (
         "digits",
         "iid",
@@ -101,11 +101,14 @@ def variant_specs() -> list[Spec]:
         parse_spec({"partition": {"scheme": s, "clients": 4, "rotation": {"step": 10.0}}})
         for s in SCHEMES
     ]
-    specs += [parse_spec({"algorithm": {"name": name}}) for name in sorted(ALGORITHMS)]
+    others = sorted(set(ALGORITHMS) - {"fedavg"})  # fedavg is the default of the specs above
+    specs += [parse_spec({"algorithm": {"name": name}}) for name in others]
     return specs
 
 
-@pytest.mark.parametrize("spec", variant_specs(), ids=lambda s: f"{s.partition.scheme}-{s.algorithm.name}")
+@pytest.mark.parametrize(
+    "spec", variant_specs(), ids=lambda s: f"{s.partition.scheme}-{s.algorithm.name}"
+)
 def test_every_section_forbids_unknown_keys(spec: Spec):
     data = spec.model_dump(mode="json")
     for path in sections(spec):
@@ -189,7 +192,9 @@ def test_clients_per_round_cannot_exceed_clients():
 def test_participation_and_duration_each_have_one_setting():
     assert "not both" in input_error({"federation": {"clients_per_round": 2, "fraction": 0.5}})
     assert "not both" in input_error({"federation": {"local_steps": 5, "local_epochs": 2}})
-    spec = parse_spec({"partition": {"scheme": "iid", "clients": 10}, "federation": {"fraction": 0.3}})
+    spec = parse_spec(
+        {"partition": {"scheme": "iid", "clients": 10}, "federation": {"fraction": 0.3}}
+    )
     assert spec.clients_per_round == 3
 
 
@@ -240,7 +245,10 @@ def test_quickstart_matrix_expands_to_every_combination_with_values_applied():
 
 def test_algorithm_name_axis_starts_each_algorithm_from_its_defaults():
     spec = parse_spec(
-        {"algorithm": {"name": "fedprox", "mu": 0.5}, "matrix": {"algorithm.name": sorted(ALGORITHMS)}}
+        {
+            "algorithm": {"name": "fedprox", "mu": 0.5},
+            "matrix": {"algorithm.name": sorted(ALGORITHMS)},
+        }
     )
     runs = expand(spec)
     assert [r.algorithm.name for _, r in runs] == sorted(ALGORITHMS)
@@ -306,13 +314,12 @@ PATHS = [
     "eval", "eval.target_accuracy", "runtime.device", "runtime.threads", "matrix", "matrix.seed",
     "matrix.algorithm.name", "matrix.partition", "matrix.federation.lr", "bogus",
 ]  # fmt: skip
+SPECIAL = [None, True, 0, -1, 1, 2**64, 0.0, -0.5, 1e-300, float("inf"), float("nan"), "", [], {}]
 scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-3, 12),
-    st.integers(-(2**70), 2**70),
-    st.floats(),
+    st.sampled_from(SPECIAL),
     st.sampled_from(NAMES),
+    st.integers(-3, 12),
+    st.floats(),
     st.text(max_size=6),
 )
 values = st.recursive(
@@ -348,8 +355,8 @@ def check_spec_or_input_error(load: Any) -> None:
     assert all(len(k) == 64 for k in keys)
 
 
-@settings(max_examples=150, deadline=None, derandomize=True)
-@given(edits=st.lists(st.tuples(st.sampled_from(PATHS), values), min_size=1, max_size=3))
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(edits=st.lists(st.tuples(st.sampled_from(PATHS), values), min_size=1, max_size=4))
 def test_malformed_spec_mappings_raise_only_input_errors(edits):
     data = VALID
     for path, value in edits:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -11,9 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zarr
-
 from conftest import CliRunner
+
 from fedhet.errors import InputError
 from fedhet.store import TMP_MARK, ArtifactStore
 
@@ -43,8 +41,7 @@ def start_python(code: str, *args: str) -> subprocess.Popen:
 # --- publishing ---------------------------------------------------------------------------
 
 
-def test_published_artifact_has_its_attributes_and_verifies(tmp_path: Path):
-    store = ArtifactStore(tmp_path)
+def test_published_artifact_has_its_attributes_and_verifies(store: ArtifactStore):
     publish(store, "demo", KEY)
     assert store.exists("demo", KEY)
     attrs = store.info("demo", KEY).attrs
@@ -54,16 +51,15 @@ def test_published_artifact_has_its_attributes_and_verifies(tmp_path: Path):
     assert store.verify("demo", KEY) == []
     group = store.open("demo", KEY)
     np.testing.assert_array_equal(group["model/weights"][:], np.linspace(-1, 1, 30).reshape(5, 6))
-    assert [p.name for p in (tmp_path / "demo").iterdir() if TMP_MARK in p.name] == []
+    assert [p.name for p in (store.root / "demo").iterdir() if TMP_MARK in p.name] == []
 
 
-def test_a_failed_write_publishes_nothing_and_leaves_no_temporary(tmp_path: Path):
-    store = ArtifactStore(tmp_path)
+def test_a_failed_write_publishes_nothing_and_leaves_no_temporary(store: ArtifactStore):
     with pytest.raises(RuntimeError), store.write("demo", KEY, {}) as group:
         group.create_array("values", data=np.arange(10))
         raise RuntimeError("stage failed")
     assert not store.exists("demo", KEY)
-    assert [p for p in (tmp_path / "demo").iterdir() if TMP_MARK in p.name] == []
+    assert [p for p in (store.root / "demo").iterdir() if TMP_MARK in p.name] == []
 
 
 WRITER = """
@@ -80,12 +76,11 @@ WRITER = """
 """
 
 
-def test_killed_writer_leaves_no_published_entry_and_gc_cleans_up(tmp_path: Path):
-    store = ArtifactStore(tmp_path)
-    writer = start_python(WRITER, str(tmp_path), KEY)
+def test_killed_writer_leaves_no_published_entry_and_gc_cleans_up(store: ArtifactStore):
+    writer = start_python(WRITER, str(store.root), KEY)
     try:
         assert writer.stdout.readline() == "ready\n", writer.stderr.read()
-        (temporary,) = [p for p in (tmp_path / "demo").iterdir() if TMP_MARK in p.name]
+        (temporary,) = [p for p in (store.root / "demo").iterdir() if TMP_MARK in p.name]
         assert len(list((temporary / "values" / "c").iterdir())) == 5
         assert store.gc() == []  # a live writer holds its key's lock: its temporary stays
         writer.send_signal(signal.SIGKILL)
@@ -97,11 +92,10 @@ def test_killed_writer_leaves_no_published_entry_and_gc_cleans_up(tmp_path: Path
     with pytest.raises(InputError):
         store.find(KEY[:6])
     assert sorted(p.name for p in store.gc()) == sorted([temporary.name, f"{KEY}.lock"])
-    assert list((tmp_path / "demo").iterdir()) == []
+    assert list((store.root / "demo").iterdir()) == []
 
 
-def test_gc_keeps_published_artifacts_and_removes_finished_checkpoints(tmp_path: Path):
-    store = ArtifactStore(tmp_path)
+def test_gc_keeps_published_artifacts_and_removes_finished_checkpoints(store: ArtifactStore):
     store.partial_dir("demo", KEY).mkdir(parents=True)  # checkpoints of a run in progress
     assert store.gc() == []
     publish(store, "demo", KEY)  # publishing removes its own checkpoints
@@ -120,8 +114,7 @@ def chunk_files(store: ArtifactStore, stage: str, key: str) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and "/c/" in f"/{p.relative_to(root)}")
 
 
-def test_verify_detects_a_flipped_byte_in_any_chunk(tmp_path: Path):
-    store = ArtifactStore(tmp_path)
+def test_verify_detects_a_flipped_byte_in_any_chunk(store: ArtifactStore):
     publish(store, "demo", KEY)
     chunks = chunk_files(store, "demo", KEY)
     assert len(chunks) == 4 + 4 + 3  # values, matrix (2x2 chunks), model/weights
@@ -137,6 +130,16 @@ def test_verify_detects_a_flipped_byte_in_any_chunk(tmp_path: Path):
             assert len(problems) == 1 and problems[0].startswith(f"{array}:"), (chunk, position)
         chunk.write_bytes(original)
     assert store.verify("demo", KEY) == []
+
+
+@pytest.mark.parametrize("metadata", ["zarr.json", "values/zarr.json"])
+def test_corrupt_metadata_is_listed_and_reported_not_raised(store: ArtifactStore, metadata: str):
+    publish(store, "demo", KEY)
+    target = store.path("demo", KEY) / metadata
+    target.write_bytes(b"{\x00" + target.read_bytes()[2:])
+    assert [a.key for a in store.ls()] == [KEY]
+    (problem,) = store.verify("demo", KEY)
+    assert problem.startswith("unreadable")
 
 
 def test_cli_verify_exits_1_on_corruption(fedhet: CliRunner, tmp_path: Path):
@@ -157,8 +160,7 @@ def test_cli_verify_exits_1_on_corruption(fedhet: CliRunner, tmp_path: Path):
 # --- lookup -------------------------------------------------------------------------------
 
 
-def test_find_by_prefix(tmp_path: Path):
-    store = ArtifactStore(tmp_path)
+def test_find_by_prefix(store: ArtifactStore):
     keys = {"abc1" + "0" * 60, "abc2" + "0" * 60, "ffff" + "0" * 60}
     for key in keys:
         publish(store, "demo", key, size=3)
@@ -196,7 +198,8 @@ COMPUTER = """
     spec = SimpleNamespace(name="lock-test")  # all a stage-less run needs; keeps torch out
     print("ready", flush=True)
     sys.stdin.readline()  # start both processes' `ensure` together
-    group = ensure(StageNode("slow_test_stage", 1, {"x": 1}), RunContext(spec, ArtifactStore(sys.argv[1])))
+    node = StageNode("slow_test_stage", 1, {"x": 1})
+    group = ensure(node, RunContext(spec, ArtifactStore(sys.argv[1])))
     print(int(group["answer"][0]), flush=True)
 """
 

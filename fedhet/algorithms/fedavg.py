@@ -3,11 +3,11 @@
 from typing import Literal
 
 from fedhet.fl.algorithm import Algorithm
-from fedhet.spec import AlgorithmSpec
+from fedhet.virtual.objective import VHLOption
 
 
 class FedAvg(Algorithm):
     name = "fedavg"
 
-    class Config(AlgorithmSpec):
+    class Config(VHLOption):
         name: Literal["fedavg"] = "fedavg"

@@ -9,7 +9,7 @@ from typing import Literal
 
 from fedhet.fl import tensors
 from fedhet.fl.algorithm import Algorithm
-from fedhet.spec import AlgorithmSpec
+from fedhet.virtual.objective import VHLOption
 
 
 def normalizer(steps: int, momentum: float) -> float:
@@ -21,7 +21,7 @@ def normalizer(steps: int, momentum: float) -> float:
 class FedNova(Algorithm):
     name = "fednova"
 
-    class Config(AlgorithmSpec):
+    class Config(VHLOption):
         name: Literal["fednova"] = "fednova"
 
     def aggregate(self, global_state, server_state, results, weights):

@@ -7,13 +7,13 @@ from pydantic import Field
 from torch import nn
 
 from fedhet.fl.algorithm import Algorithm, ClientJob
-from fedhet.spec import AlgorithmSpec
+from fedhet.virtual.objective import VHLOption
 
 
 class FedProx(Algorithm):
     name = "fedprox"
 
-    class Config(AlgorithmSpec):
+    class Config(VHLOption):
         name: Literal["fedprox"] = "fedprox"
         mu: float = Field(0.01, ge=0)
 

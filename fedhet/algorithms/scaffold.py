@@ -12,13 +12,13 @@ from torch import nn
 from fedhet.fl import tensors
 from fedhet.fl.algorithm import Algorithm, ClientJob, ClientResult
 from fedhet.fl.tensors import Tensors
-from fedhet.spec import AlgorithmSpec
+from fedhet.virtual.objective import VHLOption
 
 
 class Scaffold(Algorithm):
     name = "scaffold"
 
-    class Config(AlgorithmSpec):
+    class Config(VHLOption):
         name: Literal["scaffold"] = "scaffold"
 
     def init_server_state(self, global_state: Tensors) -> Tensors:

@@ -17,7 +17,8 @@ reach, keeps the gradient of the plain cross-entropy. With w = 0 this is exactly
 from __future__ import annotations
 
 import functools
-from typing import Literal
+import math
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -25,17 +26,20 @@ from pydantic import Field
 from torch import nn
 
 from fedhet.errors import InputError
+from fedhet.fedimpro.objective import sampled_feature_loss
 from fedhet.fedimpro.statistics import (
     add_noise,
     aggregate_statistics,
     init_statistics,
-    sample_features,
     update_statistics,
 )
 from fedhet.fl.algorithm import Algorithm, ClientJob, ClientResult, TrainSetup
 from fedhet.fl.tensors import Tensors
 from fedhet.rng import torch_generator
 from fedhet.spec import AlgorithmSpec, ModelSpec, Spec
+
+if TYPE_CHECKING:
+    from fedhet.pipeline import StageNode
 
 MEAN, VAR = "feature_mean", "feature_var"
 INIT_STD = 0.1  # std of the statistics before any client reported (the authors' code)
@@ -68,14 +72,13 @@ class FedImproConfig(AlgorithmSpec):
     )
 
     def label(self) -> str:
-        parts = [self.name]
-        if self.split is not None:
-            parts.append(f"@{self.split}")
+        label = self.name + (f"@{self.split}" if self.split else "")
         if self.weight != 1 or self.ramp_rounds:
-            parts.append(f"(w={self.weight}" + (f", ramp={self.ramp_rounds})" if self.ramp_rounds else ")"))
+            ramp = f", ramp={self.ramp_rounds}" if self.ramp_rounds else ""
+            label += f"(w={self.weight}{ramp})"
         if self.noise_std > 0:
-            parts.append(f"+noise={self.noise_std}")
-        return "".join(parts)
+            label += f"+noise={self.noise_std}"
+        return label
 
 
 # --- the split ----------------------------------------------------------------------------
@@ -102,49 +105,6 @@ def resolve_split(points: list[str] | tuple[str, ...], split: str | None) -> str
     return split
 
 
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; backward multiplies the gradient by `scale`."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad * ctx.scale, None
-
-
-def decoupled_loss(
-    high: nn.Module,
-    real_features: torch.Tensor,
-    labels: torch.Tensor,
-    sampled_features: torch.Tensor,
-    sampled_labels: torch.Tensor,
-    real_share: float,
-) -> torch.Tensor:
-    """real_share * CE(high(h), y) + (1 - real_share) * CE(high(h_hat), y_hat).
-
-    The gradient reaching `real_features` (hence the low-level part) is rescaled to that of
-    CE(high(h), y) alone; `sampled_features` are detached, so they never reach it.
-    """
-    n = len(labels)
-    real = _ScaleGrad.apply(real_features, 1.0 / real_share)
-    logits = high(torch.cat([real, sampled_features.detach()]))
-    losses = F.cross_entropy(logits, torch.cat([labels, sampled_labels]), reduction="none")
-    return real_share * losses[:n].mean() + (1 - real_share) * losses[n:].mean()
-
-
-def parameter_groups(model: nn.Module, split: str) -> dict[str, list[str]]:
-    """{'low': names of the low-level parameters, 'high': the rest} for a split point."""
-    low, _ = model.split(split)
-    low_ids = {id(p) for p in low.parameters()}
-    groups: dict[str, list[str]] = {"low": [], "high": []}
-    for name, p in model.named_parameters():
-        groups["low" if id(p) in low_ids else "high"].append(name)
-    return groups
-
-
 # --- the algorithm ------------------------------------------------------------------------
 
 
@@ -162,7 +122,7 @@ class FedImpro(Algorithm):
         self._parts: tuple[nn.Module, nn.Module, nn.Module] | None = None
 
     @classmethod
-    def plan(cls, spec: Spec):
+    def plan(cls, spec: Spec) -> StageNode:
         resolve_split(_split_points(spec.model.model_dump_json()), spec.algorithm.split)
         return super().plan(spec)
 
@@ -179,9 +139,7 @@ class FedImpro(Algorithm):
     # --- server side --------------------------------------------------------------------
 
     def init_server_state(self, global_state: Tensors) -> Tensors:
-        dim = 1
-        for size in self.feature_shape:
-            dim *= size
+        dim = math.prod(self.feature_shape)
         gen = torch_generator(self.setup.spec.seed, "fedimpro", "init")
         mean, var = init_statistics(self.setup.dataset.num_classes, dim, INIT_STD, gen)
         return {MEAN: mean.to(self.setup.device), VAR: var.to(self.setup.device)}
@@ -223,10 +181,8 @@ class FedImpro(Algorithm):
         if weight == 0:
             return F.cross_entropy(high(features), y)
         count = self.config.samples or len(y)
-        sampled, sampled_labels = sample_features(
-            job.server_state[MEAN], job.server_state[VAR], count, job.generator,
-            self.config.std_clip,
+        mean, var = job.server_state[MEAN], job.server_state[VAR]
+        clip = self.config.std_clip
+        return sampled_feature_loss(
+            high, features, y, mean, var, count, weight, job.generator, clip
         )
-        sampled = sampled.view(count, *self.feature_shape)
-        share = len(y) / (len(y) + weight * count)
-        return decoupled_loss(high, features, y, sampled, sampled_labels, share)

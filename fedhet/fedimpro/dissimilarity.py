@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from fedhet.fedimpro.algorithm import decoupled_loss, parameter_groups
-from fedhet.fedimpro.statistics import class_moments, sample_features
+from fedhet.fedimpro.objective import parameter_groups, sampled_feature_loss
+from fedhet.fedimpro.statistics import class_moments
 from fedhet.fl.local import ClientData
 from fedhet.metrics.cgv import LossFn, client_gradient_variance
 
@@ -33,11 +33,8 @@ def sampled_objective(
 
     def loss_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         low, high = model.split(split)
-        features = low(x)
         count = max(1, round(ratio * len(y)))
-        sampled, labels = sample_features(mean, var, count, generator, std_clip)
-        sampled = sampled.to(features).view(count, *features.shape[1:])
-        return decoupled_loss(high, features, y, sampled, labels, len(y) / (len(y) + count))
+        return sampled_feature_loss(high, low(x), y, mean, var, count, 1.0, generator, std_clip)
 
     return loss_fn
 

@@ -40,9 +40,10 @@ def update_statistics(
     """
     count, total, squares = _class_sums(features, labels, mean.shape[0])
     batch_mean, batch_var = _moments(count, total, squares)
-    present, spread = count > 0, count > 1
-    mean[present] = mean[present].lerp(batch_mean[present].to(mean.dtype), 1 - momentum)
-    var[spread] = var[spread].lerp(batch_var[spread].to(var.dtype), 1 - momentum)
+    rate = (1 - momentum) * (count > 0).to(mean.dtype)[:, None]  # 0 leaves a class as it was
+    mean.add_(rate * (batch_mean.to(mean.dtype) - mean))
+    rate = (1 - momentum) * (count > 1).to(var.dtype)[:, None]
+    var.add_(rate * (batch_var.to(var.dtype) - var))
 
 
 def _class_sums(
@@ -52,9 +53,9 @@ def _class_sums(
     flat = features.detach().flatten(1).double()
     labels = labels.to(flat.device)
     count = torch.bincount(labels, minlength=num_classes).double()
-    total = flat.new_zeros(num_classes, flat.shape[1]).index_add_(0, labels, flat)
-    squares = flat.new_zeros(num_classes, flat.shape[1]).index_add_(0, labels, flat**2)
-    return count, total, squares
+    both = torch.cat([flat, flat**2], dim=1)
+    sums = flat.new_zeros(num_classes, both.shape[1]).index_add_(0, labels, both)
+    return count, sums[:, : flat.shape[1]], sums[:, flat.shape[1] :]
 
 
 def _moments(

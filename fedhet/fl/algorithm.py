@@ -26,6 +26,7 @@ from fedhet.fl import tensors
 from fedhet.fl.local import ClientData, LocalStats, batch_schedule, local_sgd, num_local_steps, sgd
 from fedhet.fl.tensors import Tensors
 from fedhet.spec import AlgorithmSpec, Spec
+from fedhet.virtual.objective import VHLObjective, extra_outputs
 
 if TYPE_CHECKING:
     from fedhet.data import Dataset
@@ -96,8 +97,9 @@ class Algorithm:
     @classmethod
     def plan(cls, spec: Spec) -> StageNode:
         from fedhet.stages.train import train_node
+        from fedhet.stages.virtual import virtual_upstream
 
-        return train_node(spec)
+        return train_node(spec, **virtual_upstream(spec))
 
     @cached_property
     def param_names(self) -> frozenset[str]:
@@ -109,7 +111,16 @@ class Algorithm:
 
         ds = self.setup.dataset
         spec = self.setup.spec
-        return build_model(spec.model, ds.shape, ds.num_classes, spec.seed)
+        outputs = ds.num_classes + extra_outputs(getattr(self.config, "vhl", None), ds.num_classes)
+        return build_model(spec.model, ds.shape, outputs, spec.seed)
+
+    @cached_property
+    def vhl(self) -> VHLObjective | None:
+        """VHL's local objective when the config turns it on (`algorithm.vhl`)."""
+        config = getattr(self.config, "vhl", None)
+        if config is None:
+            return None
+        return VHLObjective.for_setup(config, self.setup, self.build_model().feature_dim)
 
     # --- server side --------------------------------------------------------------------
 
@@ -139,7 +150,11 @@ class Algorithm:
         """Optionally set `job.first_step` for every job (a lockstep step across clients).
 
         Called once per round, before any client trains, with `model` holding the global state.
+        By default it only accounts VHL's one-off broadcast of its virtual data to every client.
         """
+        if round == 0 and self.vhl is not None:
+            sent = tensors.nbytes(self.vhl.broadcast())
+            return Traffic(bytes_down=len(self.setup.clients) * sent)
         return Traffic()
 
     def evaluation_states(
@@ -153,6 +168,8 @@ class Algorithm:
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
+        if self.vhl is not None:
+            return self.vhl.loss(model, x, y, job.generator)
         return F.cross_entropy(model(x), y)
 
     def before_step(self, job: ClientJob, model: nn.Module) -> None:

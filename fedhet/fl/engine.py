@@ -34,13 +34,19 @@ METRICS = (
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 1000,
+    num_classes: int | None = None,
 ) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of `model` on (x, y)."""
+    """(accuracy, mean cross-entropy) of `model` on (x, y) over its first `num_classes` outputs
+    (default: all; a model with extra outputs, such as VHL's virtual classes, is scored on the
+    dataset's classes only)."""
     model.eval()
     correct, loss = 0, 0.0
     for start in range(0, len(y), batch_size):
-        logits = model(x[start : start + batch_size])
+        logits = model(x[start : start + batch_size])[:, :num_classes]
         target = y[start : start + batch_size]
         loss += float(F.cross_entropy(logits, target, reduction="sum"))
         correct += int((logits.argmax(1) == target).sum())
@@ -284,6 +290,7 @@ class Engine:
                     self.setup.extras.get("test_x", ds.test_x),
                     self.setup.extras.get("test_y", ds.test_y),
                     self.spec.runtime.eval_batch_size,
+                    ds.num_classes,
                 )
             )
         accuracies, losses = zip(*scores, strict=True)

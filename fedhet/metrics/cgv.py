@@ -32,9 +32,14 @@ def cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
 
 
 def default_groups(model: nn.Module) -> dict[str, list[str]]:
-    """Feature extractor vs classifier head, for models that expose both (every fedhet model)."""
+    """Feature extractor vs classifier head (every fedhet model has both); a part without
+    parameters (logistic regression's features) is left out."""
     children = dict(model.named_children())
-    return {name: [name] for name in ("features", "head") if name in children}
+    return {
+        name: [name]
+        for name in ("features", "head")
+        if name in children and any(True for _ in children[name].parameters())
+    }
 
 
 def client_gradient(
@@ -103,15 +108,15 @@ def client_gradient_variance(
             f"cgv weights: need {len(clients)} non-negative weights with a positive sum, "
             f"got {weights}"
         )
-    loss_fn = loss_fn or cross_entropy
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    resolved = _resolve_groups(default_groups(model) if groups is None else groups, names)
     was_training = model.training
     model.eval()
     try:
-        spread = _weighted_spread(model, clients, weights, loss_fn, batch_size)
+        spread = _weighted_spread(model, clients, weights, loss_fn or cross_entropy, batch_size)
     finally:
         model.train(was_training)
     per_param = {name: float(m2.sum()) for name, m2 in spread.items()}
-    resolved = _resolve_groups(default_groups(model) if groups is None else groups, list(spread))
     out = {"total": sum(per_param.values())}
     out.update({g: sum(per_param[n] for n in names) for g, names in resolved.items()})
     return out

@@ -2,3 +2,4 @@
 
 from fedhet.stages import partition, pseudo, train  # noqa: F401
 from fedhet.stages import entk, regress  # noqa: F401
+from fedhet.stages import virtual  # noqa: F401

@@ -44,7 +44,9 @@ def pseudo_node(pseudo: PseudoSpec, spec: Spec) -> StageNode:
     return StageNode("pseudo", VERSION, config, upstream)
 
 
-def pools(kind: str, client_x: list[torch.Tensor], proxy: str, spec: Spec) -> list[torch.Tensor]:
+def pools(
+    kind: str, client_x: list[torch.Tensor], proxy: str | None, spec: Spec
+) -> list[torch.Tensor]:
     """What RSM averages: every client's data, or the proxy dataset as a single pool."""
     if kind == "rsm":
         return client_x
@@ -68,7 +70,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         client_x = [c.x.cpu() for c in setup.clients]
     means = draw(
         config["kind"],
-        pools(config["kind"], client_x, config.get("proxy", ""), spec),
+        pools(config["kind"], client_x, config.get("proxy"), spec),
         config["size"],
         config["subset"],
         ds.shape,

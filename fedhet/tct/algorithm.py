@@ -94,10 +94,8 @@ def stage1_federation(spec: Spec, config: TCTConfig) -> FederationSpec:
         ) from None
 
 
-def bootstrap_spec(spec: Spec) -> Spec:
+def bootstrap_spec(spec: Spec, config: TCTConfig) -> Spec:
     """The plain FedAvg spec whose train stage is TCT's stage 1."""
-    config = spec.algorithm
-    assert isinstance(config, TCTConfig)
     data = spec.model_dump(mode="json", exclude={"matrix"})
     data["algorithm"] = {"name": "fedavg"}
     data["federation"] = stage1_federation(spec, config).model_dump(mode="json")
@@ -126,7 +124,7 @@ class TCT(Algorithm):
         config = spec.algorithm
         assert isinstance(config, TCTConfig)
         check_separable_head(spec)
-        stage1 = bootstrap_spec(spec)
+        stage1 = bootstrap_spec(spec, config)
         bootstrap = train_node(stage1)
         bootstrap.spec = stage1
         return regress_node(entk_node(bootstrap, config.entk), config.stage2)

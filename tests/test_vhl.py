@@ -1,0 +1,327 @@
+"""VHL integration: the cached `virtual` stage, the VHL objective on the baselines, its variants,
+evaluation on the natural classes, and a tiny end-to-end run."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import CliRunner, write_spec
+from PIL import Image
+from rich.console import Console
+from torch import nn
+
+from fedhet.data import load_dataset
+from fedhet.errors import InputError
+from fedhet.fl.algorithm import Algorithm, ClientJob
+from fedhet.fl.engine import evaluate
+from fedhet.pipeline import RunContext, ensure
+from fedhet.rng import torch_generator
+from fedhet.runs import execute, runs_of
+from fedhet.spec import Spec, parse_spec
+from fedhet.stages.train import build_setup, make_algorithm
+from fedhet.stages.virtual import NATURAL_DATA, load_virtual
+from fedhet.store import ArtifactStore
+
+torch.set_num_threads(1)
+
+NOISE = {"kind": "noise", "per_class": 4}
+BASE = {
+    "name": "vhl-tiny",
+    "seed": 3,
+    "data": {"dataset": "digits"},
+    "partition": {"scheme": "dirichlet", "clients": 4, "alpha": 0.5},
+    "model": {"arch": "mlp", "hidden": [16]},
+    "federation": {"rounds": 2, "batch_size": 12, "lr": 0.05, "local_steps": 3},
+    "algorithm": {"name": "fedavg"},
+    "runtime": {"threads": 1, "progress": False, "device": "cpu"},
+}
+C = 10  # digits classes
+
+
+def spec_with(algorithm: dict, **sections) -> Spec:
+    data = copy.deepcopy(BASE) | sections
+    data["algorithm"] = algorithm
+    return parse_spec(data)
+
+
+def vhl(name: str = "fedavg", algo: dict | None = None, **options) -> dict:
+    return {"name": name, **(algo or {}), "vhl": {"generator": NOISE, **options}}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> ArtifactStore:
+    return ArtifactStore(tmp_path_factory.mktemp("vhl-store"))
+
+
+def make(spec: Spec, store: ArtifactStore) -> Algorithm:
+    """The run's algorithm with its upstream artifacts in place, as the train stage builds it."""
+    node = runs_of(spec)[0].node
+    ctx = RunContext(spec, store, Console(quiet=True))
+    for up in node.upstream.values():
+        ensure(up, ctx)
+    setup = build_setup(spec, ctx.upstream(node, "partition"))
+    for role in node.upstream:
+        setup.extras[role] = ctx.upstream(node, role)
+    return make_algorithm(spec, setup)
+
+
+def job(algorithm: Algorithm, model: nn.Module, global_state: dict | None = None) -> ClientJob:
+    """Client 0's job of round 0; its generator is the same in every job."""
+    state = global_state or {k: v.detach().clone() for k, v in model.state_dict().items()}
+    client = algorithm.setup.clients[0]
+    return ClientJob(0, client, model, state, {}, {}, 0.05, torch_generator(0, "test"))
+
+
+def batch(algorithm: Algorithm, size: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
+    client = algorithm.setup.clients[0]
+    return client.x[:size], client.y[:size]
+
+
+def reference_supcon(features: torch.Tensor, labels: torch.Tensor, t: float = 0.07):
+    """SupCon L_out, anchor by anchor (anchors without a positive left out)."""
+    z = F.normalize(features, dim=1)
+    losses = []
+    for i in range(len(z)):
+        positives = [p for p in range(len(z)) if p != i and labels[p] == labels[i]]
+        if not positives:
+            continue
+        others = torch.stack([z[i] @ z[a] / t for a in range(len(z)) if a != i])
+        log_denominator = torch.logsumexp(others, 0)
+        losses.append(-torch.stack([z[i] @ z[p] / t - log_denominator for p in positives]).mean())
+    return torch.stack(losses).mean()
+
+
+# --- the virtual stage and its key ------------------------------------------------------
+
+
+def virtual_key(spec: Spec) -> str:
+    return runs_of(spec)[0].node.upstream["virtual"].key
+
+
+def test_virtual_key_depends_only_on_generator_config_seed_and_data_shape():
+    base = spec_with(vhl())
+    federated_elsewise = spec_with(
+        vhl("fedprox", {"mu": 0.3}, alpha=0.5, lam=2.0, batch_size=5),
+        partition={"scheme": "classes", "clients": 6, "classes_per_client": 2},
+        federation={"rounds": 9, "batch_size": 4, "lr": 0.2, "clients_per_round": 3},
+    )
+    assert virtual_key(federated_elsewise) == virtual_key(base)
+    assert runs_of(federated_elsewise)[0].node.key != runs_of(base)[0].node.key
+    assert virtual_key(spec_with(vhl(seed=3))) == virtual_key(base)  # the spec's seed is 3
+    changed = [
+        spec_with(vhl(generator={**NOISE, "sample_std": 0.1})),
+        spec_with(vhl(generator={**NOISE, "per_class": 5})),
+        spec_with(vhl(classes=7)),
+        spec_with(vhl(seed=4)),
+        spec_with(vhl(), seed=5),
+        spec_with(vhl(), data={"dataset": "fmnist"}),  # another image shape
+    ]
+    assert len({virtual_key(s) for s in changed} | {virtual_key(base)}) == len(changed) + 1
+
+
+def test_runs_without_virtual_images_have_no_virtual_stage():
+    for algorithm in ({"name": "fedavg"}, vhl(variant="vfa"), {"name": "centralized"}):
+        assert "virtual" not in runs_of(spec_with(algorithm))[0].node.upstream
+
+
+@pytest.mark.parametrize("name", ["digits", "fmnist"])
+def test_natural_data_table_matches_the_loaded_dataset(name):
+    try:
+        dataset = load_dataset(name)
+    except InputError:
+        pytest.skip(f"{name} is not on this machine")
+    assert NATURAL_DATA[name] == (dataset.shape, dataset.num_classes)
+
+
+def test_virtual_artifact_holds_the_generated_images(store):
+    algorithm = make(spec_with(vhl(classes=3)), store)
+    images, labels = load_virtual(algorithm.setup.extras["virtual"])
+    assert images.shape == (3 * NOISE["per_class"], 1, 8, 8) and images.dtype == torch.float32
+    assert labels.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+
+
+# --- config, model and labels -----------------------------------------------------------
+
+
+def test_labels_and_off_option_leaving_the_config_as_before():
+    assert spec_with(vhl()).algorithm.label() == "fedavg+VHL(noise)"
+    assert spec_with({"name": "fedprox", "vhl": {"variant": "naive"}}).algorithm.label() == (
+        "fedprox+naive VHL"
+    )
+    assert spec_with({"name": "scaffold", "vhl": {"variant": "vfa"}}).algorithm.label() == (
+        "scaffold+VFA"
+    )
+    plain = spec_with({"name": "fednova"}).algorithm
+    assert plain.label() == "fednova" and plain.model_dump() == {"name": "fednova"}
+
+
+@pytest.mark.parametrize(
+    "options, outputs",
+    [({}, 2 * C), ({"classes": 3}, C + 3), ({"labels": "shared"}, C), ({"variant": "vfa"}, C)],
+)
+def test_head_gets_extra_outputs_only_for_extra_virtual_labels(store, options, outputs):
+    assert make(spec_with(vhl(**options)), store).build_model().head.out_features == outputs
+
+
+def test_shared_labels_with_more_virtual_than_natural_classes_is_an_input_error():
+    with pytest.raises(InputError, match="algorithm.vhl.classes"):
+        runs_of(spec_with(vhl(labels="shared", classes=C + 1)))
+
+
+# --- the objective ----------------------------------------------------------------------
+
+
+def test_vhl_objective_equals_a_direct_computation(store):
+    algorithm = make(spec_with(vhl(alpha=0.7, lam=1.3)), store)
+    model = algorithm.build_model()
+    x, y = batch(algorithm)
+    x_v, y_v = algorithm.vhl.virtual_batch(len(y), torch_generator(0, "test"))
+    z = model.features(torch.cat([x, x_v]))
+    logits, n = model.head(z), len(y)
+    expected = (
+        F.cross_entropy(logits[:n], y)
+        + 0.7 * F.cross_entropy(logits[n:], y_v + C)
+        + 1.3 * reference_supcon(torch.cat([z[:n], z[n:]]), torch.cat([y, y_v]))
+        + 0.1 * reference_supcon(z[n:], y_v)
+    )
+    loss = algorithm.local_loss(job(algorithm, model), model, x, y)  # same generator seed
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_no_gradient_reaches_the_virtual_path_through_the_calibration_term(store):
+    algorithm = make(spec_with(vhl()), store)
+    model = algorithm.build_model()
+    x, y = batch(algorithm)
+    x_v, y_v = algorithm.vhl.virtual_batch(len(y), torch_generator(0, "test"))
+    x_v = x_v.clone().requires_grad_(True)
+    terms = algorithm.vhl.virtual_terms(model, x, y, x_v, y_v)
+    n = len(y)
+    calibration = terms.parts["calibration"]
+    by_feature = torch.autograd.grad(calibration, terms.features, retain_graph=True)[0]
+    assert by_feature[n:].abs().max() == 0 and by_feature[:n].abs().max() > 0
+    (by_image,) = torch.autograd.grad(calibration, x_v, retain_graph=True, allow_unused=True)
+    assert by_image is None or by_image.abs().max() == 0
+    # the same check does see the virtual path when a term uses it
+    virtual_only = torch.autograd.grad(terms.parts["virtual_supcon"], terms.features)[0]
+    assert virtual_only[n:].abs().max() > 0
+
+
+def test_naive_vhl_has_no_calibration_term(store):
+    naive = make(spec_with(vhl(variant="naive", lam=5.0, alpha=0.5)), store)
+    model = naive.build_model()
+    x, y = batch(naive)
+    x_v, y_v = naive.vhl.virtual_batch(len(y), torch_generator(0, "test"))
+    terms = naive.vhl.virtual_terms(model, x, y, x_v, y_v)
+    assert set(terms.parts) == {"real_ce", "virtual_ce"}
+    logits, n = model(torch.cat([x, x_v])), len(y)
+    expected = F.cross_entropy(logits[:n], y) + 0.5 * F.cross_entropy(logits[n:], y_v + C)
+    torch.testing.assert_close(terms.total, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_fedprox_with_vhl_adds_the_proximal_term_to_the_vhl_objective(store):
+    fedprox = make(spec_with(vhl("fedprox", {"mu": 0.5})), store)
+    fedavg = make(spec_with(vhl()), store)
+    model = fedavg.build_model()
+    x, y = batch(fedavg)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn(p.shape, generator=torch_generator(1, "perturb")))
+    proximal = sum(((p - start[n]) ** 2).sum() for n, p in model.named_parameters())
+    vhl_loss = fedavg.local_loss(job(fedavg, model, start), model, x, y)
+    prox_loss = fedprox.local_loss(job(fedprox, model, start), model, x, y)
+    assert vhl_loss > F.cross_entropy(model(x)[:, :C], y) + 1e-3  # the VHL objective, not CE
+    torch.testing.assert_close(prox_loss - vhl_loss, 0.25 * proximal, rtol=1e-4, atol=1e-7)
+
+
+def test_scaffold_with_vhl_still_applies_the_control_correction(store):
+    one_step = {"rounds": 1, "batch_size": 12, "lr": 0.1, "local_steps": 1}
+    scaffold = make(spec_with(vhl("scaffold"), federation=one_step), store)
+    fedavg = make(spec_with(vhl(), federation=one_step), store)
+    model = fedavg.build_model()
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    control = {n: torch.full_like(p, 0.5) for n, p in model.named_parameters()}
+    after = {}
+    for name, algorithm, server_state in (("fedavg", fedavg, {}), ("scaffold", scaffold, control)):
+        model.load_state_dict(start)
+        the_job = job(algorithm, model)
+        the_job.server_state, the_job.lr = server_state, 0.1
+        after[name] = algorithm.client_update(the_job).state
+    for name in control:  # one SGD step: w_scaffold = w_fedavg - lr * (c - c_i), c_i = 0
+        torch.testing.assert_close(after["scaffold"][name], after["fedavg"][name] - 0.05)
+
+
+def test_vfa_calibrates_against_class_balanced_gaussian_features(store):
+    vfa = make(spec_with(vhl(variant="vfa", lam=0.8)), store)
+    means = vfa.vhl.gaussian_means
+    assert means.shape == (C, vfa.build_model().feature_dim)
+    assert means.min() >= 0 and means.max() <= 1
+    again = make(spec_with(vhl(variant="vfa")), store).vhl.gaussian_means
+    other = make(spec_with(vhl(variant="vfa"), seed=4), store).vhl.gaussian_means
+    assert torch.equal(means, again) and not torch.equal(means, other)
+
+    sampled, labels = vfa.vhl.gaussian_features(400, torch_generator(0, "test"))
+    assert torch.bincount(labels).tolist() == [41] * C  # 400 // 10 + 1 per class
+    for c in range(C):
+        torch.testing.assert_close(sampled[labels == c].mean(0), means[c], atol=0.03, rtol=0)
+
+    model = vfa.build_model()
+    x, y = batch(vfa)
+    sampled, labels = vfa.vhl.gaussian_features(len(y), torch_generator(0, "test"))
+    z = model.features(x)
+    expected = F.cross_entropy(model.head(z), y) + 0.8 * reference_supcon(
+        torch.cat([z, sampled]), torch.cat([y, labels])
+    )
+    loss = vfa.local_loss(job(vfa, model), model, x, y)
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+
+
+# --- evaluation and end to end ----------------------------------------------------------
+
+
+def test_evaluation_scores_only_the_natural_classes():
+    model = nn.Linear(2, 4)  # outputs 0, 1 natural; 2, 3 virtual and dominant
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]]))
+        model.bias.copy_(torch.tensor([0.0, 0.0, 10.0, 10.0]))
+    x, y = torch.tensor([[2.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 1])
+    assert evaluate(model, x, y, num_classes=2)[0] == 1.0
+    assert evaluate(model, x, y)[0] == 0.0
+
+
+def test_tiny_vhl_run_is_deterministic_and_accounts_the_virtual_broadcast(tmp_path):
+    spec = spec_with(vhl())
+    first = execute(runs_of(spec)[0], ArtifactStore(tmp_path / "a"))
+    second = execute(runs_of(spec)[0], ArtifactStore(tmp_path / "b"))
+    for name, values in first["metrics"].arrays():
+        if name != "wall_time":
+            np.testing.assert_array_equal(values[:], second["metrics"][name][:])
+    for name, values in first["model"]["final"].arrays():
+        np.testing.assert_array_equal(values[:], second["model"]["final"][name][:])
+    accuracy = first["metrics"]["test_accuracy"][:]
+    assert np.isfinite(accuracy).all()
+
+    images, labels = load_virtual(ArtifactStore(tmp_path / "a").open("virtual", virtual_key(spec)))
+    broadcast = images.numel() * 4 + labels.numel() * 8
+    bytes_down = first["metrics"]["bytes_down"][:]
+    assert bytes_down[0] - bytes_down[1] == BASE["partition"]["clients"] * broadcast
+
+    execute(runs_of(spec_with(vhl("fedprox")))[0], ArtifactStore(tmp_path / "a"))
+    stages = [a.stage for a in ArtifactStore(tmp_path / "a").ls()]
+    assert stages.count("virtual") == 1 and stages.count("train") == 2
+
+
+def test_cli_virtual_writes_a_grid_and_rejects_specs_without_vhl(fedhet: CliRunner, tmp_path):
+    spec_file = write_spec(tmp_path / "vhl.yaml", {**BASE, "algorithm": vhl(classes=3)})
+    grid = tmp_path / "grid.png"
+    result = fedhet("virtual", spec_file, "--grid", grid, "--store", tmp_path / "store")
+    assert result.rc == 0, result.stderr
+    assert virtual_key(spec_with(vhl(classes=3)))[:12] in result.stdout
+    width, height = Image.open(grid).size
+    assert height < width  # 3 rows (classes) of 4 samples
+
+    plain = write_spec(tmp_path / "plain.yaml", BASE)
+    result = fedhet("virtual", plain, "--store", tmp_path / "store")
+    assert result.rc == 2 and "algorithm.vhl" in result.stderr
