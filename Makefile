@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Reproduction specs run by `make reproduce`; each writes reports/<name>.md and .png.
-REPRO_SPECS := specs/quickstart.yaml
+REPRO_SPECS := specs/quickstart.yaml specs/tct_fmnist.yaml specs/vhl_fmnist.yaml specs/fedimpro_fmnist.yaml specs/fedbr_fmnist.yaml specs/fedtan_fmnist.yaml specs/fedtan_fmnist_gn.yaml
 
 .PHONY: install test lint quickstart reproduce bench clean
 

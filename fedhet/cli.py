@@ -88,7 +88,8 @@ def spec_show(path: SpecPath) -> None:
 
     spec = _load(path)
     # plain print: rich would wrap long lines and break the YAML
-    print(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False))
+    filled = spec.model_dump(mode="json", exclude_none=True, serialize_as_any=True)
+    print(yaml.safe_dump(filled, sort_keys=False))
     try:
         ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
     except InputError:

@@ -387,7 +387,7 @@ def expand(spec: Spec) -> list[tuple[dict[str, Any], Spec]]:
     """One (axis values, run spec) pair per matrix combination; a spec without matrix is one run."""
     if not spec.matrix:
         return [({}, spec)]
-    base = spec.model_dump(mode="json", exclude={"matrix"})
+    base = spec.model_dump(mode="json", exclude={"matrix"}, serialize_as_any=True)
     axes = list(spec.matrix)
     runs = []
     for values in itertools.product(*(spec.matrix[a] for a in axes)):

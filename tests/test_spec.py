@@ -444,3 +444,9 @@ def assert_one_line_input_error(result: CliResult, expected: list[str]) -> None:
     assert len(lines) == 1, result.stderr
     for fragment in expected:
         assert fragment in lines[0]
+
+
+def test_matrix_keeps_options_of_the_base_algorithm():
+    spec = parse_spec({"algorithm": {"name": "fedprox", "mu": 0.5}, "matrix": {"seed": [0, 1]}})
+    runs = expand(spec)
+    assert [s.algorithm.mu for _, s in runs] == [0.5, 0.5]

@@ -1,5 +1,3 @@
 """Stage runners; importing this package registers them in `fedhet.pipeline.STAGES`."""
 
-from fedhet.stages import partition, pseudo, train  # noqa: F401
-from fedhet.stages import entk, regress  # noqa: F401
-from fedhet.stages import virtual  # noqa: F401
+from fedhet.stages import entk, partition, pseudo, regress, train, virtual  # noqa: F401
