@@ -163,6 +163,8 @@ class FederationSpec(Section):
             raise ValueError("set either clients_per_round or fraction, not both")
         if self.local_steps is not None and self.local_epochs not in (None, 1):
             raise ValueError("set either local_epochs or local_steps, not both")
+        if self.local_steps is None and self.local_epochs is None:
+            raise ValueError("set local_epochs or local_steps to say how long clients train")
         return self
 
 

@@ -450,3 +450,8 @@ def test_matrix_keeps_options_of_the_base_algorithm():
     spec = parse_spec({"algorithm": {"name": "fedprox", "mu": 0.5}, "matrix": {"seed": [0, 1]}})
     runs = expand(spec)
     assert [s.algorithm.mu for _, s in runs] == [0.5, 0.5]
+
+
+def test_local_training_length_is_required():
+    with pytest.raises(InputError, match="local_epochs or local_steps"):
+        parse_spec({"federation": {"local_epochs": None}})
