@@ -7,15 +7,24 @@ BIN := $(VENV)/bin
 REPRO_SPECS := specs/quickstart.yaml specs/tct_fmnist.yaml specs/vhl_fmnist.yaml specs/fedimpro_fmnist.yaml specs/fedbr_fmnist.yaml specs/fedtan_fmnist.yaml specs/fedtan_fmnist_gn.yaml
 REPORTS := $(patsubst specs/%.yaml,report-%,$(REPRO_SPECS))
 
-.PHONY: install test lint quickstart reproduce bench clean $(REPORTS)
+.PHONY: install lock test lint quickstart reproduce bench clean $(REPORTS)
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Exactly the lock: every package pinned with its hashes, nothing resolved at install time.
+$(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/pip check
 	touch $@
+
+# Refresh the lock after editing the dependencies in pyproject.toml (pip-tools, see README).
+lock:
+	$(PYTHON) -m venv .lockenv
+	.lockenv/bin/pip install --quiet pip-tools
+	.lockenv/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+		--extra dev -o requirements.lock pyproject.toml
 
 test: install
 	$(BIN)/pytest
@@ -36,4 +45,4 @@ bench: install
 	$(BIN)/python -m benchmarks.entk_speed
 
 clean:
-	rm -rf $(VENV) artifacts .pytest_cache
+	rm -rf $(VENV) .lockenv artifacts .pytest_cache

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedhet.errors import DivergedError, FedhetError, InputError, RunError
+from fedhet import __version__, crash, signals
+from fedhet.errors import DivergedError, FedhetError, InputError, Interrupted, RunError
 from fedhet.spec import Spec, load_spec
 from fedhet.store import ArtifactStore
 
@@ -24,6 +26,27 @@ app = typer.Typer(
 )
 spec_app = typer.Typer(no_args_is_help=True, help="Validate, inspect and hash specs.")
 artifacts_app = typer.Typer(no_args_is_help=True, help="Inspect and maintain the artifact store.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"fedhet {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="print the version"),
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="print the traceback of an unexpected error")
+    ] = False,
+) -> None:
+    """Federated learning under data heterogeneity, from declarative specs."""
+
+
 app.add_typer(spec_app, name="spec")
 app.add_typer(artifacts_app, name="artifacts")
 
@@ -355,21 +378,47 @@ def artifacts_gc(store: StoreOpt = None) -> None:
     out.print(f"{len(removed)} entr{'y' if len(removed) == 1 else 'ies'} removed")
 
 
-def main() -> None:
-    try:
-        app(standalone_mode=False)
-    except FedhetError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        err.print("aborted")
-        sys.exit(130)
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
+def _say(message: str) -> None:
+    err.print(message, markup=False, highlight=False, soft_wrap=True)
 
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        raise
+
+def _usage_error(exc: typer.TyperException) -> int:
+    """The command line itself is wrong (unknown command or option, missing argument)."""
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `fedhet` or `fedhet spec`: help
+        print(ctx.get_help())
+        return 0
+    command = ctx.command_path if ctx is not None else "fedhet"
+    message = " ".join(exc.format_message().split())
+    _say(f"error: {command}: {message} (see `{command} --help`)")
+    return exc.exit_code
+
+
+def main() -> None:
+    """The console script: every way out is an exit code and at most one line on stderr
+    (0 ok, 1 failed while running, 2 bad input, 130/143 interrupted); `--debug` or
+    FEDHET_DEBUG=1 adds the traceback of an unexpected exception."""
+    signals.install()
+    try:
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except FedhetError as exc:
+        _say(f"error: {exc}")
+        sys.exit(exc.exit_code)
+    except Interrupted as exc:
+        _say(str(exc))
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        _say("aborted")
+        sys.exit(130)
+    except typer.TyperException as exc:
+        sys.exit(_usage_error(exc))
+    except Exception as exc:  # a bug or an environment failure: one line, traceback in a file
+        _say(crash.report(exc, debug=_debug_requested()))
+        sys.exit(1)
+
+
+def _debug_requested() -> bool:
+    return "--debug" in sys.argv[1:] or os.environ.get("FEDHET_DEBUG") == "1"

@@ -26,3 +26,17 @@ class DivergedError(RunError):
         super().__init__(message)
         self.round_number = round_number
         self.metrics = metrics
+
+
+class Interrupted(BaseException):  # noqa: N818 (not an error: the user asked to stop)
+    """SIGINT or SIGTERM arrived. A BaseException, so no `except Exception` swallows it; the
+    stage that is running saves its checkpoint and adds where it stopped to `where`."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.exit_code = 128 + signum
+        self.where = ""
+
+    def __str__(self) -> str:
+        where = f" {self.where}" if self.where else ""
+        return f"interrupted{where}; run the same command to resume"
