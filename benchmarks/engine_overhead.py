@@ -31,15 +31,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedhet.data import Dataset, load_dataset
-from fedhet.fl.algorithm import TrainSetup
-from fedhet.fl.engine import Checkpoints, Engine, evaluate
-from fedhet.fl.local import ClientData
+from fedhet.core.rng import numpy_rng, torch_generator
+from fedhet.core.spec import Spec, parse_spec
+from fedhet.data.datasets import Dataset, load_dataset
+from fedhet.data.partition import make_partition
+from fedhet.engine.algorithm import TrainSetup
+from fedhet.engine.local import ClientData
+from fedhet.engine.loop import Checkpoints, Engine, evaluate
+from fedhet.engine.train_stage import make_algorithm
 from fedhet.models import build_model, num_parameters
-from fedhet.partition import make_partition
-from fedhet.rng import numpy_rng, torch_generator
-from fedhet.spec import Spec, parse_spec
-from fedhet.stages.train import make_algorithm
 
 TARGET_RATIO = 1.15
 

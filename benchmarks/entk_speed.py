@@ -27,23 +27,23 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from fedhet.errors import InputError
-from fedhet.models import build_model
-from fedhet.spec import ModelSpec
-from fedhet.tct.entk import (
+from fedhet.core.errors import InputError
+from fedhet.core.spec import ModelSpec
+from fedhet.methods.tct.entk import (
     coordinate_mask,
     entk_features,
     entk_features_loop,
     reinit_head,
     trainable_parameter_count,
 )
+from fedhet.models import build_model
 
 METHODS = ("loop", "batched", "vmap_full")
 
 
 def _inputs(samples: int, seed: int) -> tuple[Tensor, str]:
     try:
-        from fedhet.data import load_dataset
+        from fedhet.data.datasets import load_dataset
 
         return load_dataset("fmnist").train_x[:samples], "Fashion-MNIST training images"
     except (ImportError, InputError) as error:

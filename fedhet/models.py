@@ -14,8 +14,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from fedhet.errors import InputError
-from fedhet.spec import ModelSpec
+from fedhet.core.errors import InputError
+from fedhet.core.spec import ModelSpec
 
 Norm = Literal["batch", "group", "none"]
 

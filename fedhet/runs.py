@@ -8,18 +8,17 @@ from typing import Any
 
 import zarr
 
-from fedhet import stages  # noqa: F401  (registers the stage runners)
+from fedhet.core import registry
+from fedhet.core.pipeline import RunContext, StageNode, ensure
+from fedhet.core.spec import Spec, expand, partition_label
+from fedhet.core.store import ArtifactStore
+from fedhet.engine import train_stage  # noqa: F401  (registers the train and partition stages)
 from fedhet.metrics.summary import summarize
-from fedhet.pipeline import RunContext, StageNode, ensure
-from fedhet.spec import Spec, expand, partition_label
-from fedhet.store import ArtifactStore
 
 
 def plan(spec: Spec) -> StageNode:
     """The final stage node of a (matrix-free) spec; its upstream nodes hang below it."""
-    from fedhet.algorithms import ALGORITHMS
-
-    return ALGORITHMS[spec.algorithm.name].plan(spec)
+    return registry.algorithm(spec.algorithm.name).plan(spec)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fedhet.store import ArtifactStore
+from fedhet.core.store import ArtifactStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,8 @@ _FORK_SERVER = r"""
 import json, os, sys, traceback
 
 import fedhet.cli
-import fedhet.models, fedhet.plots, fedhet.runs, sklearn.datasets  # the slow imports, paid once
+import fedhet.models, fedhet.reports.plots, fedhet.runs  # the slow imports, paid once
+import sklearn.datasets
 
 for line in sys.stdin:
     request = json.loads(line)

@@ -10,16 +10,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedhet.algorithms.fedavg import FedAvg
-from fedhet.data import load_dataset
-from fedhet.fl.algorithm import TrainSetup
-from fedhet.fl.engine import Checkpoints, Engine, RunState, evaluate
-from fedhet.fl.local import ClientData, effective_steps
+from fedhet.core.rng import torch_generator
+from fedhet.core.spec import parse_spec
+from fedhet.data.datasets import load_dataset
+from fedhet.data.partition import make_partition
+from fedhet.engine.algorithm import TrainSetup
+from fedhet.engine.local import ClientData, effective_steps
+from fedhet.engine.loop import Checkpoints, Engine, RunState, evaluate
+from fedhet.engine.train_stage import make_algorithm
+from fedhet.methods.fedavg.algorithm import FedAvg
 from fedhet.models import build_model
-from fedhet.partition import make_partition
-from fedhet.rng import torch_generator
-from fedhet.spec import parse_spec
-from fedhet.stages.train import make_algorithm
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
@@ -232,8 +232,8 @@ def test_scaffold_beats_fedavg_on_convex_one_class_per_client(tmp_path):
 
 
 def test_an_algorithm_revision_changes_only_its_own_keys(monkeypatch):
-    from fedhet.algorithms.scaffold import Scaffold
-    from fedhet.stages.train import train_node
+    from fedhet.engine.train_stage import train_node
+    from fedhet.methods.scaffold.algorithm import Scaffold
 
     def key(name: str) -> str:
         return train_node(make_setup({"name": name}).spec).key

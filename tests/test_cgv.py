@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedhet.errors import InputError
-from fedhet.fl.local import ClientData
+from fedhet.core.errors import InputError
+from fedhet.core.spec import ModelSpec
+from fedhet.engine.local import ClientData
 from fedhet.metrics.cgv import client_gradient_variance
 from fedhet.models import build_model
-from fedhet.spec import ModelSpec
 
 torch.set_num_threads(1)
 SHAPE, CLASSES = (1, 6, 6), 4

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from conftest import TINY_SPEC, CliResult, CliRunner, cli_env, write_spec
 
-from fedhet.spec import json_schema, load_spec, parse_spec
-from fedhet.store import ArtifactStore
+from fedhet.core.spec import json_schema, load_spec, parse_spec
+from fedhet.core.store import ArtifactStore
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "specs" / "quickstart.yaml"
 

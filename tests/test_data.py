@@ -6,9 +6,9 @@ import pytest
 import torch
 from torchvision.transforms import functional as tvf
 
-from fedhet import data
-from fedhet.data import dataset_names, load_dataset, rotate
-from fedhet.errors import InputError
+from fedhet.data import datasets as data
+from fedhet.core.errors import InputError
+from fedhet.data.datasets import dataset_names, load_dataset, rotate
 
 torch.set_num_threads(1)
 

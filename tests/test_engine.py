@@ -12,20 +12,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedhet.algorithms.centralized import Centralized
-from fedhet.algorithms.fedavg import FedAvg
-from fedhet.algorithms.scaffold import Scaffold
-from fedhet.data import load_dataset
-from fedhet.errors import RunError
-from fedhet.fl import tensors
-from fedhet.fl.algorithm import Algorithm, TrainSetup
-from fedhet.fl.engine import Checkpoints, Engine, RunState, sample_clients
-from fedhet.fl.local import ClientData
+from fedhet.core.errors import RunError
+from fedhet.core.rng import torch_generator
+from fedhet.core.spec import Spec, parse_spec
+from fedhet.data.datasets import load_dataset
+from fedhet.data.partition import make_partition
+from fedhet.engine import tensors
+from fedhet.engine.algorithm import Algorithm, TrainSetup
+from fedhet.engine.local import ClientData
+from fedhet.engine.loop import Checkpoints, Engine, RunState, sample_clients
+from fedhet.engine.train_stage import make_algorithm
+from fedhet.methods.centralized.algorithm import Centralized
+from fedhet.methods.fedavg.algorithm import FedAvg
+from fedhet.methods.scaffold.algorithm import Scaffold
 from fedhet.models import build_model, num_parameters
-from fedhet.partition import make_partition
-from fedhet.rng import torch_generator
-from fedhet.spec import Spec, parse_spec
-from fedhet.stages.train import make_algorithm
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")

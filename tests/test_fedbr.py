@@ -8,8 +8,15 @@ import torch
 import torch.nn.functional as F
 from rich.console import Console
 
-from fedhet.algorithms import ALGORITHMS
-from fedhet.fedbr.algorithm import (
+from fedhet.core.pipeline import STAGES, RunContext, ensure
+from fedhet.core.registry import algorithms
+from fedhet.core.rng import torch_generator
+from fedhet.core.spec import FederationSpec, ModelSpec, parse_spec
+from fedhet.core.store import ArtifactStore
+from fedhet.engine.algorithm import ClientJob
+from fedhet.engine.loop import Checkpoints, Engine
+from fedhet.engine.train_stage import build_setup
+from fedhet.methods.fedbr.algorithm import (
     FedBR,
     FedBRConfig,
     FedBRModel,
@@ -17,16 +24,9 @@ from fedhet.fedbr.algorithm import (
     contrastive_loss,
     projection_head,
 )
-from fedhet.fedbr.pseudo import mix_with_local, random_sample_means, to_shape
-from fedhet.fl.algorithm import ClientJob
-from fedhet.fl.engine import Checkpoints, Engine
+from fedhet.methods.fedbr.pseudo import mix_with_local, random_sample_means, to_shape
+from fedhet.methods.fedbr.pseudo_stage import pseudo_node
 from fedhet.models import build_model
-from fedhet.pipeline import STAGES, RunContext, ensure
-from fedhet.rng import torch_generator
-from fedhet.spec import FederationSpec, ModelSpec, parse_spec
-from fedhet.stages.pseudo import pseudo_node
-from fedhet.stages.train import build_setup
-from fedhet.store import ArtifactStore
 
 torch.set_num_threads(1)
 
@@ -274,7 +274,7 @@ def test_fedbr_without_components_is_fedavg(tmp_path):
     )
     setup = setup_with_pseudo(spec, tmp_path)
     fedbr = FedBR(spec.algorithm, setup)
-    fedavg = ALGORITHMS["fedavg"](ALGORITHMS["fedavg"].Config(), setup)
+    fedavg = algorithms()["fedavg"](algorithms()["fedavg"].Config(), setup)
     state = fedbr.build_model().state_dict()
     plain = {k.removeprefix("net."): v for k, v in state.items() if k.startswith("net.")}
     ours = fedbr.client_update(job_for(fedbr, setup, 1, state, {}))
@@ -335,8 +335,8 @@ def test_resume_from_a_checkpoint_equals_an_uninterrupted_run(tmp_path):
 
 def test_rotated_partition_rotates_the_test_set_like_the_clients(tmp_path):
     """Test image i is rotated by client (i mod K)'s angle; the key says so."""
-    from fedhet.data import load_dataset, rotate
-    from fedhet.stages.train import train_config
+    from fedhet.data.datasets import load_dataset, rotate
+    from fedhet.engine.train_stage import train_config
 
     spec = make_spec()
     setup = setup_with_pseudo(spec, tmp_path)

@@ -12,11 +12,17 @@ import torch.nn.functional as F
 from conftest import TINY_SPEC, write_spec
 
 from fedhet.cli import main
-from fedhet.data import load_dataset
-from fedhet.fedimpro.algorithm import MEAN, VAR, resolve_split
-from fedhet.fedimpro.dissimilarity import decoupled_cgv
-from fedhet.fedimpro.objective import decoupled_loss, parameter_groups
-from fedhet.fedimpro.statistics import (
+from fedhet.core.spec import ModelSpec, parse_spec
+from fedhet.data.datasets import load_dataset
+from fedhet.data.partition import make_partition
+from fedhet.engine import tensors
+from fedhet.engine.algorithm import TrainSetup
+from fedhet.engine.local import ClientData
+from fedhet.engine.loop import Checkpoints, Engine, sample_clients
+from fedhet.methods.fedimpro.algorithm import MEAN, VAR, resolve_split
+from fedhet.methods.fedimpro.dissimilarity import decoupled_cgv
+from fedhet.methods.fedimpro.objective import decoupled_loss, parameter_groups
+from fedhet.methods.fedimpro.statistics import (
     add_noise,
     aggregate_statistics,
     balanced_labels,
@@ -24,14 +30,8 @@ from fedhet.fedimpro.statistics import (
     sample_features,
     update_statistics,
 )
-from fedhet.fl import tensors
-from fedhet.fl.algorithm import TrainSetup
-from fedhet.fl.engine import Checkpoints, Engine, sample_clients
-from fedhet.fl.local import ClientData
 from fedhet.metrics.cgv import client_gradient_variance
 from fedhet.models import build_model
-from fedhet.partition import make_partition
-from fedhet.spec import ModelSpec, parse_spec
 
 torch.set_num_threads(1)
 
@@ -224,10 +224,10 @@ def digits_setup(algorithm: dict, rounds: int = 2) -> TrainSetup:
 
 
 def make_engine(algorithm: dict, folder, rounds: int = 2) -> Engine:
-    from fedhet.algorithms import ALGORITHMS
+    from fedhet.core.registry import algorithms
 
     setup = digits_setup(algorithm, rounds)
-    algo = ALGORITHMS[algorithm["name"]](setup.spec.algorithm, setup)
+    algo = algorithms()[algorithm["name"]](setup.spec.algorithm, setup)
     return Engine(algo, setup, Checkpoints(folder, setup.device), checkpoint_every=1)
 
 

@@ -15,16 +15,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedhet.data import load_dataset
-from fedhet.errors import InputError
-from fedhet.fedtan.algorithms import bn_state_names
-from fedhet.fl import tensors
-from fedhet.fl.algorithm import TrainSetup
-from fedhet.fl.engine import METRICS, Checkpoints, Engine, RunState, evaluate
-from fedhet.fl.local import ClientData, batch_schedule
-from fedhet.partition import make_partition
-from fedhet.rng import torch_generator
-from fedhet.spec import parse_spec
+from fedhet.core.errors import InputError
+from fedhet.core.rng import torch_generator
+from fedhet.core.spec import parse_spec
+from fedhet.data.datasets import load_dataset
+from fedhet.data.partition import make_partition
+from fedhet.engine import tensors
+from fedhet.engine.algorithm import TrainSetup
+from fedhet.engine.local import ClientData, batch_schedule
+from fedhet.engine.loop import METRICS, Checkpoints, Engine, RunState, evaluate
+from fedhet.methods.fedtan.algorithms import bn_state_names
 
 torch.set_num_threads(1)
 
@@ -42,7 +42,7 @@ def make_engine(
     dtype: torch.dtype = torch.float32,
 ) -> Engine:
     """Digits, 4 clients owning 3 label-sorted classes each (non-iid), all participating."""
-    from fedhet.algorithms import ALGORITHMS
+    from fedhet.core.registry import algorithms
 
     spec = parse_spec(
         {
@@ -75,7 +75,7 @@ def make_engine(
         for cid, idx in enumerate(part.client_indices)
     ]
     setup = TrainSetup(spec, DIGITS, clients, torch.device("cpu"))
-    algo = ALGORITHMS[algorithm["name"]](spec.algorithm, setup)
+    algo = algorithms()[algorithm["name"]](spec.algorithm, setup)
     return Engine(algo, setup, Checkpoints(folder, setup.device), checkpoint_every=1)
 
 

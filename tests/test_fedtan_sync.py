@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedhet.errors import InputError, RunError
-from fedhet.fedtan import bn_layers, communication_cost, synchronized_gradients
+from fedhet.core.errors import InputError, RunError
+from fedhet.core.spec import ModelSpec
+from fedhet.methods.fedtan import bn_layers, communication_cost, synchronized_gradients
 from fedhet.models import build_model
-from fedhet.spec import ModelSpec
 
 torch.set_num_threads(1)
 NUM_CLASSES = 10

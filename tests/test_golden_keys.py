@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from fedhet.core.spec import load_spec
 from fedhet.runs import runs_of
-from fedhet.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "keys.json"

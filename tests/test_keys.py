@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from conftest import SERVER_HASH_SEED, TINY_SPEC, CliRunner, cli_env, run_fedhet, write_spec
 
-from fedhet.keys import canonical_json, stage_key
+from fedhet.core.keys import canonical_json, stage_key
+from fedhet.core.spec import load_spec, parse_spec
 from fedhet.runs import runs_of
-from fedhet.spec import load_spec, parse_spec
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "specs" / "quickstart.yaml"
 

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.errors import InputError
+from fedhet.core.errors import InputError
+from fedhet.core.spec import ModelSpec
 from fedhet.models import FedModel, build_model, num_parameters
-from fedhet.spec import ModelSpec
 
 torch.set_num_threads(1)
 

@@ -5,9 +5,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fedhet.errors import InputError
-from fedhet.partition import _top_up, make_partition, summary_rows
-from fedhet.spec import (
+from fedhet.core.errors import InputError
+from fedhet.core.spec import (
     ClassesPartition,
     DirichletPartition,
     IIDPartition,
@@ -16,6 +15,7 @@ from fedhet.spec import (
     RotationSpec,
     SubsetPartition,
 )
+from fedhet.data.partition import _top_up, make_partition, summary_rows
 
 FAST = settings(max_examples=40, deadline=None)
 

@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from fedhet.algorithms import ALGORITHMS
-from fedhet.errors import InputError
+from fedhet.core.errors import InputError
+from fedhet.core.registry import algorithms
+from fedhet.core.spec import Spec, expand, json_schema, load_spec, parse_spec
 from fedhet.runs import runs_of
-from fedhet.spec import Spec, expand, json_schema, load_spec, parse_spec
 
 QUICKSTART = REPO / "specs" / "quickstart.yaml"
 SCHEMES = ["iid", "dirichlet", "classes", "subset", "quantity", "rotation"]
@@ -101,7 +101,7 @@ def variant_specs() -> list[Spec]:
         parse_spec({"partition": {"scheme": s, "clients": 4, "rotation": {"step": 10.0}}})
         for s in SCHEMES
     ]
-    others = sorted(set(ALGORITHMS) - {"fedavg"})  # fedavg is the default of the specs above
+    others = sorted(set(algorithms()) - {"fedavg"})  # fedavg is the default of the specs above
     specs += [parse_spec({"algorithm": {"name": name}}) for name in others]
     return specs
 
@@ -127,10 +127,10 @@ def test_schema_forbids_additional_properties_everywhere():
 def test_schema_lists_every_algorithm_and_section():
     schema = json_schema()
     text = json.dumps(schema)
-    for name in ALGORITHMS:
+    for name in algorithms():
         assert f'"{name}"' in text
     mapping = schema["properties"]["algorithm"]["discriminator"]["mapping"]
-    assert set(mapping) == set(ALGORITHMS)
+    assert set(mapping) == set(algorithms())
     assert set(schema["properties"]) == set(Spec.model_fields)
 
 
@@ -235,7 +235,7 @@ def test_quickstart_matrix_expands_to_every_combination_with_values_applied():
     seen = set()
     for axes, run in runs:
         assert run.matrix is None
-        config = ALGORITHMS[axes["algorithm"]["name"]].Config
+        config = algorithms()[axes["algorithm"]["name"]].Config
         assert run.algorithm == config.model_validate(axes["algorithm"])
         assert run.partition == parse_spec({"partition": axes["partition"]}).partition
         assert run.federation == spec.federation and run.model == spec.model  # kept from base
@@ -247,13 +247,13 @@ def test_algorithm_name_axis_starts_each_algorithm_from_its_defaults():
     spec = parse_spec(
         {
             "algorithm": {"name": "fedprox", "mu": 0.5},
-            "matrix": {"algorithm.name": sorted(ALGORITHMS)},
+            "matrix": {"algorithm.name": sorted(algorithms())},
         }
     )
     runs = expand(spec)
-    assert [r.algorithm.name for _, r in runs] == sorted(ALGORITHMS)
+    assert [r.algorithm.name for _, r in runs] == sorted(algorithms())
     for _, run in runs:
-        assert run.algorithm == ALGORITHMS[run.algorithm.name].Config(name=run.algorithm.name)
+        assert run.algorithm == algorithms()[run.algorithm.name].Config(name=run.algorithm.name)
 
 
 def test_scalar_axes_multiply_and_keep_the_rest_of_the_spec():
@@ -303,7 +303,7 @@ def test_bad_matrix_axes_are_input_errors(matrix: dict, expected: str):
 
 # --- malformed specs thrown at the loader -------------------------------------------------
 
-NAMES = [*SCHEMES, *ALGORITHMS, "digits", "mnist", "mlp", "batch", "auto", "cpu"]
+NAMES = [*SCHEMES, *algorithms(), "digits", "mnist", "mlp", "batch", "auto", "cpu"]
 PATHS = [
     "name", "seed", "data", "data.dataset", "data.root", "data.download", "partition",
     "partition.scheme", "partition.clients", "partition.alpha", "partition.classes_per_client",

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from conftest import CliRunner
 
-from fedhet.errors import InputError
-from fedhet.store import TMP_MARK, ArtifactStore
+from fedhet.core.errors import InputError
+from fedhet.core.store import TMP_MARK, ArtifactStore
 
 KEY = "a1" * 32
 
@@ -65,7 +65,7 @@ def test_a_failed_write_publishes_nothing_and_leaves_no_temporary(store: Artifac
 WRITER = """
     import sys, time
     import numpy as np
-    from fedhet.store import ArtifactStore
+    from fedhet.core.store import ArtifactStore
 
     store = ArtifactStore(sys.argv[1])
     with store.lock("demo", sys.argv[2]), store.write("demo", sys.argv[2], {}) as group:
@@ -185,8 +185,8 @@ COMPUTER = """
     import sys, time
     from types import SimpleNamespace
     import numpy as np
-    from fedhet.pipeline import RunContext, StageNode, ensure, stage
-    from fedhet.store import ArtifactStore
+    from fedhet.core.pipeline import RunContext, StageNode, ensure, stage
+    from fedhet.core.store import ArtifactStore
 
     @stage("slow_test_stage")
     def slow(node, ctx, out, partial):

@@ -11,21 +11,21 @@ import pytest
 import torch
 import yaml
 import zarr
+from fedhet.methods.tct import entk_stage
 
 from fedhet.cli import main
-from fedhet.errors import InputError
-from fedhet.fl import tensors
-from fedhet.fl.engine import METRICS
-from fedhet.pipeline import STAGES, StageNode
+from fedhet.core.errors import InputError
+from fedhet.core.pipeline import STAGES, StageNode
+from fedhet.core.spec import Spec, parse_spec
+from fedhet.core.store import ArtifactStore
+from fedhet.engine import tensors
+from fedhet.engine.loop import METRICS
+from fedhet.engine.train_stage import build_setup
+from fedhet.methods.tct.entk import entk_features_loop
+from fedhet.methods.tct.entk_stage import convexified_model
+from fedhet.methods.tct.regress_stage import load_splits
+from fedhet.methods.tct.regression import solve
 from fedhet.runs import execute, plan, runs_of
-from fedhet.spec import Spec, parse_spec
-from fedhet.stages import entk as entk_stage
-from fedhet.stages.entk import convexified_model
-from fedhet.stages.regress import load_splits
-from fedhet.stages.train import build_setup
-from fedhet.store import ArtifactStore
-from fedhet.tct.entk import entk_features_loop
-from fedhet.tct.regression import solve
 
 torch.set_num_threads(1)
 

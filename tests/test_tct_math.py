@@ -7,10 +7,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fedhet.errors import InputError, RunError
-from fedhet.models import build_model
-from fedhet.spec import ModelSpec
-from fedhet.tct.entk import (
+from fedhet.core.errors import InputError, RunError
+from fedhet.core.spec import ModelSpec
+from fedhet.methods.tct.entk import (
     FeatureMoments,
     coordinate_mask,
     entk_features,
@@ -19,7 +18,8 @@ from fedhet.tct.entk import (
     reinit_head,
     trainable_parameter_count,
 )
-from fedhet.tct.regression import centered_one_hot, lstsq_loss, predict, solve
+from fedhet.methods.tct.regression import centered_one_hot, lstsq_loss, predict, solve
+from fedhet.models import build_model
 
 torch.set_num_threads(1)
 

@@ -18,10 +18,10 @@ import yaml
 import zarr
 
 from fedhet.cli import main
-from fedhet.data import load_dataset
+from fedhet.core.spec import load_spec
+from fedhet.core.store import ArtifactStore
+from fedhet.data.datasets import load_dataset
 from fedhet.runs import runs_of
-from fedhet.spec import load_spec
-from fedhet.store import ArtifactStore
 
 torch.set_num_threads(1)
 RUNTIME = {"threads": 1, "progress": False, "device": "cpu"}

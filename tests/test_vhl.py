@@ -12,17 +12,17 @@ from PIL import Image
 from rich.console import Console
 from torch import nn
 
-from fedhet.data import load_dataset
-from fedhet.errors import InputError
-from fedhet.fl.algorithm import Algorithm, ClientJob
-from fedhet.fl.engine import evaluate
-from fedhet.pipeline import RunContext, ensure
-from fedhet.rng import torch_generator
+from fedhet.core.errors import InputError
+from fedhet.core.pipeline import RunContext, ensure
+from fedhet.core.rng import torch_generator
+from fedhet.core.spec import Spec, parse_spec
+from fedhet.core.store import ArtifactStore
+from fedhet.data.datasets import load_dataset
+from fedhet.engine.algorithm import Algorithm, ClientJob
+from fedhet.engine.loop import evaluate
+from fedhet.engine.train_stage import build_setup, make_algorithm
+from fedhet.methods.vhl.virtual_stage import NATURAL_DATA, load_virtual
 from fedhet.runs import execute, runs_of
-from fedhet.spec import Spec, parse_spec
-from fedhet.stages.train import build_setup, make_algorithm
-from fedhet.stages.virtual import NATURAL_DATA, load_virtual
-from fedhet.store import ArtifactStore
 
 torch.set_num_threads(1)
 
@@ -177,7 +177,7 @@ def test_vhl_objective_equals_a_direct_computation(store):
     algorithm = make(spec_with(vhl(alpha=0.7, lam=1.3)), store)
     model = algorithm.build_model()
     x, y = batch(algorithm)
-    x_v, y_v = algorithm.vhl.virtual_batch(len(y), torch_generator(0, "test"))
+    x_v, y_v = algorithm.objective.virtual_batch(len(y), torch_generator(0, "test"))
     z = model.features(torch.cat([x, x_v]))
     logits, n = model.head(z), len(y)
     expected = (
@@ -194,9 +194,9 @@ def test_no_gradient_reaches_the_virtual_path_through_the_calibration_term(store
     algorithm = make(spec_with(vhl()), store)
     model = algorithm.build_model()
     x, y = batch(algorithm)
-    x_v, y_v = algorithm.vhl.virtual_batch(len(y), torch_generator(0, "test"))
+    x_v, y_v = algorithm.objective.virtual_batch(len(y), torch_generator(0, "test"))
     x_v = x_v.clone().requires_grad_(True)
-    terms = algorithm.vhl.virtual_terms(model, x, y, x_v, y_v)
+    terms = algorithm.objective.virtual_terms(model, x, y, x_v, y_v)
     n = len(y)
     calibration = terms.parts["calibration"]
     by_feature = torch.autograd.grad(calibration, terms.features, retain_graph=True)[0]
@@ -212,8 +212,8 @@ def test_naive_vhl_has_no_calibration_term(store):
     naive = make(spec_with(vhl(variant="naive", lam=5.0, alpha=0.5)), store)
     model = naive.build_model()
     x, y = batch(naive)
-    x_v, y_v = naive.vhl.virtual_batch(len(y), torch_generator(0, "test"))
-    terms = naive.vhl.virtual_terms(model, x, y, x_v, y_v)
+    x_v, y_v = naive.objective.virtual_batch(len(y), torch_generator(0, "test"))
+    terms = naive.objective.virtual_terms(model, x, y, x_v, y_v)
     assert set(terms.parts) == {"real_ce", "virtual_ce"}
     logits, n = model(torch.cat([x, x_v])), len(y)
     expected = F.cross_entropy(logits[:n], y) + 0.5 * F.cross_entropy(logits[n:], y_v + C)
@@ -255,21 +255,21 @@ def test_scaffold_with_vhl_still_applies_the_control_correction(store):
 
 def test_vfa_calibrates_against_class_balanced_gaussian_features(store):
     vfa = make(spec_with(vhl(variant="vfa", lam=0.8)), store)
-    means = vfa.vhl.gaussian_means
+    means = vfa.objective.gaussian_means
     assert means.shape == (C, vfa.build_model().feature_dim)
     assert means.min() >= 0 and means.max() <= 1
-    again = make(spec_with(vhl(variant="vfa")), store).vhl.gaussian_means
-    other = make(spec_with(vhl(variant="vfa"), seed=4), store).vhl.gaussian_means
+    again = make(spec_with(vhl(variant="vfa")), store).objective.gaussian_means
+    other = make(spec_with(vhl(variant="vfa"), seed=4), store).objective.gaussian_means
     assert torch.equal(means, again) and not torch.equal(means, other)
 
-    sampled, labels = vfa.vhl.gaussian_features(400, torch_generator(0, "test"))
+    sampled, labels = vfa.objective.gaussian_features(400, torch_generator(0, "test"))
     assert torch.bincount(labels).tolist() == [41] * C  # 400 // 10 + 1 per class
     for c in range(C):
         torch.testing.assert_close(sampled[labels == c].mean(0), means[c], atol=0.03, rtol=0)
 
     model = vfa.build_model()
     x, y = batch(vfa)
-    sampled, labels = vfa.vhl.gaussian_features(len(y), torch_generator(0, "test"))
+    sampled, labels = vfa.objective.gaussian_features(len(y), torch_generator(0, "test"))
     z = model.features(x)
     expected = F.cross_entropy(model.head(z), y) + 0.8 * reference_supcon(
         torch.cat([z, sampled]), torch.cat([y, labels])

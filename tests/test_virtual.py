@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from PIL import Image
 from sklearn.linear_model import LogisticRegression
 
-from fedhet.errors import InputError
-from fedhet.virtual import (
+from fedhet.core.errors import InputError
+from fedhet.methods.vhl import (
     StyleGAN2Config,
     StyleGAN2Generator,
     generate,
@@ -18,7 +18,7 @@ from fedhet.virtual import (
     supcon_loss,
     vhl_calibration_loss,
 )
-from fedhet.virtual.stylegan2 import ModulatedConv2d
+from fedhet.methods.vhl.stylegan2 import ModulatedConv2d
 
 torch.set_num_threads(1)
 

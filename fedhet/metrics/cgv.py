@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.errors import InputError
-from fedhet.fl.local import ClientData
+from fedhet.core.errors import InputError
+from fedhet.engine.local import ClientData
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 

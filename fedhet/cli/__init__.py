@@ -1,0 +1,5 @@
+"""The `fedhet` command line."""
+
+from fedhet.cli.app import main
+
+__all__ = ["main"]

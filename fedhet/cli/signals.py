@@ -1,0 +1,17 @@
+"""SIGINT and SIGTERM become `Interrupted`, so a long stage stops at a safe point with its
+checkpoint saved and the process exits 130 or 143 (the shell's convention), never 0."""
+
+from __future__ import annotations
+
+import signal
+
+from fedhet.core.errors import Interrupted
+
+
+def _raise(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    signal.signal(signal.SIGINT, _raise)
+    signal.signal(signal.SIGTERM, _raise)

@@ -1,0 +1,1 @@
+"""The small core: specs, keys, the artifact store, the stage pipeline and the method registry."""

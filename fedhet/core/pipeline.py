@@ -1,0 +1,112 @@
+"""Stage planning and execution.
+
+A spec is planned into a DAG of `StageNode`s (name, version, config, upstream nodes); each
+node's key is a content hash of those. `ensure` runs the missing nodes, upstream first, and
+reuses every artifact already in the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import zarr
+from rich.console import Console
+
+from fedhet.core import registry
+from fedhet.core.keys import stage_key
+from fedhet.core.spec import Spec
+from fedhet.core.store import ArtifactStore
+
+
+@dataclass
+class StageNode:
+    stage: str
+    version: int
+    config: dict[str, Any]
+    upstream: dict[str, StageNode] = field(default_factory=dict)
+    # The spec this node and its upstream run under when it is not the run's own (TCT's
+    # bootstrap is the train node of an equivalent FedAvg spec). Never part of the key.
+    spec: Spec | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        return stage_key(
+            self.stage, self.version, self.config, {r: n.key for r, n in self.upstream.items()}
+        )
+
+    def walk(self) -> list[StageNode]:
+        """This node and all its upstream nodes, upstream first, each once."""
+        seen: dict[str, StageNode] = {}
+        for up in self.upstream.values():
+            for node in up.walk():
+                seen.setdefault(node.key, node)
+        seen.setdefault(self.key, self)
+        return list(seen.values())
+
+
+@dataclass
+class RunContext:
+    """What every stage gets besides its node: the spec, the store, and how to talk to the user."""
+
+    spec: Spec
+    store: ArtifactStore
+    console: Console = field(default_factory=lambda: Console(stderr=True))
+
+    def upstream(self, node: StageNode, role: str) -> zarr.Group:
+        up = node.upstream[role]
+        return self.store.open(up.stage, up.key)
+
+
+class StageRunner(Protocol):
+    def __call__(
+        self, node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path
+    ) -> None: ...
+
+
+STAGES: dict[str, StageRunner] = {}
+
+
+def stage(name: str) -> Callable[[StageRunner], StageRunner]:
+    """Register the function that computes a stage's artifact."""
+
+    def register(fn: StageRunner) -> StageRunner:
+        STAGES[name] = fn
+        return fn
+
+    return register
+
+
+def runner(name: str) -> StageRunner:
+    """The function that computes stage `name` (the plug-ins' stages register when loaded)."""
+    registry.methods()
+    return STAGES[name]
+
+
+def ensure(node: StageNode, ctx: RunContext) -> zarr.Group:
+    """The node's artifact, computing it (and its missing upstream) if it is not in the store."""
+    if node.spec is not None:
+        ctx = replace(ctx, spec=node.spec)
+    for up in node.upstream.values():
+        ensure(up, ctx)
+    store, key = ctx.store, node.key
+    if store.exists(node.stage, key):
+        ctx.console.print(f"[dim]{node.stage} {key[:12]}: reusing the stored artifact[/dim]")
+        return store.open(node.stage, key)
+    with store.lock(node.stage, key):
+        if store.exists(node.stage, key):  # another process finished it while we waited
+            ctx.console.print(f"[dim]{node.stage} {key[:12]}: reusing (computed meanwhile)[/dim]")
+            return store.open(node.stage, key)
+        ctx.console.print(f"{node.stage} {key[:12]}: computing")
+        attrs = {
+            "config": node.config,
+            "version": node.version,
+            "upstream": {role: up.key for role, up in node.upstream.items()},
+            "spec_name": ctx.spec.name,
+        }
+        partial = store.partial_dir(node.stage, key)
+        with store.write(node.stage, key, attrs) as out:
+            runner(node.stage)(node, ctx, out, partial)
+    return store.open(node.stage, key)

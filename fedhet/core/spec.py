@@ -1,0 +1,407 @@
+"""Experiment specs: validated pydantic models loaded from YAML, with matrix expansion.
+
+Every section forbids unknown fields. Fields that cannot change results (names, paths,
+devices, threads, progress) live in `runtime` or are marked `exclude_from_key` so that
+they never enter a stage key.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
+
+from fedhet.core import registry
+from fedhet.core.errors import InputError
+from fedhet.core.sections import AlgorithmSpec, Section
+
+# --- data -------------------------------------------------------------------------------
+
+DatasetName = Literal["digits", "fmnist", "mnist", "cifar10", "cifar100", "svhn", "emnist"]
+
+
+class DataSpec(Section):
+    dataset: DatasetName = "digits"
+    root: str | None = Field(None, description="data root; not part of any key")
+    download: bool = Field(False, description="let torchvision download; not part of any key")
+
+
+# --- partition --------------------------------------------------------------------------
+
+
+class RotationSpec(Section):
+    """Feature shift: client k's images are rotated by angles[k], or by k * step degrees."""
+
+    angles: list[float] | None = None
+    step: float = 15.0
+
+
+class _PartitionBase(Section):
+    clients: int = Field(10, ge=1, le=100_000)
+    rotation: RotationSpec | None = None
+
+
+class IIDPartition(_PartitionBase):
+    scheme: Literal["iid"] = "iid"
+
+
+class DirichletPartition(_PartitionBase):
+    """Per class c: q_c ~ Dir_K(alpha), client k gets a q_c[k] share of class c."""
+
+    scheme: Literal["dirichlet"] = "dirichlet"
+    alpha: float = Field(0.5, gt=0)
+    min_samples: int = Field(0, ge=0, description="minimum samples per client")
+
+
+class ClassesPartition(_PartitionBase):
+    """#C classes per client; each class split evenly among its owners."""
+
+    scheme: Literal["classes"] = "classes"
+    classes_per_client: int = Field(2, ge=1)
+    shuffle_classes: bool = Field(
+        True,
+        description="False gives label-sorted contiguous blocks (client k owns classes kC..kC+C-1)",
+    )
+
+
+class SubsetPartition(_PartitionBase):
+    """One dominant class per client plus `minor_samples` samples of every other class."""
+
+    scheme: Literal["subset"] = "subset"
+    minor_samples: int = Field(5, ge=0)
+
+
+class QuantityPartition(_PartitionBase):
+    """Quantity skew: iid labels, client sizes proportional to a Dir_K(alpha) draw."""
+
+    scheme: Literal["quantity"] = "quantity"
+    alpha: float = Field(1.0, gt=0)
+    min_samples: int = Field(1, ge=0)
+
+
+class RotationPartition(_PartitionBase):
+    """iid labels with a per-client rotation (RotatedMNIST-style)."""
+
+    scheme: Literal["rotation"] = "rotation"
+    rotation: RotationSpec = RotationSpec()
+
+
+_DISCRIMINATORS = ("scheme",)  # the tag fields of the spec's discriminated unions
+
+PartitionSpec = Annotated[
+    IIDPartition
+    | DirichletPartition
+    | ClassesPartition
+    | SubsetPartition
+    | QuantityPartition
+    | RotationPartition,
+    Field(discriminator="scheme"),
+]
+
+
+def partition_label(p: BaseModel) -> str:
+    """Short column label for a partition, like the papers' table headers."""
+    base = {
+        "iid": "iid",
+        "dirichlet": f"alpha={getattr(p, 'alpha', '')}",
+        "classes": f"#C={getattr(p, 'classes_per_client', '')}",
+        "subset": "subset",
+        "quantity": f"quantity(alpha={getattr(p, 'alpha', '')})",
+        "rotation": "rotated",
+    }[p.scheme]
+    if p.rotation is not None and p.scheme != "rotation":
+        base += "+rot"
+    return base
+
+
+# --- model ------------------------------------------------------------------------------
+
+
+class ModelSpec(Section):
+    arch: Literal["mlp", "simple_cnn", "resnet18", "resnet20"] = "simple_cnn"
+    norm: Literal["batch", "group", "none"] = "none"
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [200], description="mlp hidden widths; [] is logistic regression"
+    )
+    channels: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [32, 64], description="simple_cnn conv widths"
+    )
+    fc_width: int = Field(512, ge=1, description="simple_cnn hidden fully connected width")
+    width: int = Field(16, ge=1, description="resnet base width (resnet18 uses 64 in the papers)")
+    groups: int = Field(2, ge=1, description="GroupNorm groups when norm=group")
+
+
+# --- federation -------------------------------------------------------------------------
+
+
+class FederationSpec(Section):
+    rounds: int = Field(30, ge=1)
+    clients_per_round: int | None = Field(None, ge=1, description="default: all clients")
+    fraction: float | None = Field(None, gt=0, le=1, description="alternative to clients_per_round")
+    local_epochs: float | None = Field(1, gt=0)
+    local_steps: int | None = Field(None, ge=1, description="fixed local steps; replaces epochs")
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(0.05, gt=0)
+    lr_decay: float = Field(
+        1.0, gt=0, le=1, description="learning rate multiplied by this per round"
+    )
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_participation_and_one_duration(self) -> FederationSpec:
+        if self.clients_per_round is not None and self.fraction is not None:
+            raise ValueError("set either clients_per_round or fraction, not both")
+        if self.local_steps is not None and self.local_epochs not in (None, 1):
+            raise ValueError("set either local_epochs or local_steps, not both")
+        if self.local_steps is None and self.local_epochs is None:
+            raise ValueError("set local_epochs or local_steps to say how long clients train")
+        return self
+
+
+# --- algorithm --------------------------------------------------------------------------
+
+
+def algorithm_configs() -> dict[str, type[AlgorithmSpec]]:
+    """name -> config class of every registered algorithm (the plug-ins are loaded lazily)."""
+    return {name: algo.Config for name, algo in registry.algorithms().items()}
+
+
+def _algorithm_error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
+    error = PydanticCustomError("algorithm", message)
+    return ValidationError.from_exception_data(
+        "Spec", [{"type": error, "loc": loc, "input": value}]
+    )
+
+
+def _validate_algorithm(value: Any) -> AlgorithmSpec:
+    """The algorithm's own config class validates the block; errors are placed under `algorithm`."""
+    if isinstance(value, AlgorithmSpec):
+        return value
+    if not isinstance(value, dict):
+        raise _algorithm_error(("algorithm",), "must be a mapping, e.g. {name: fedavg}", value)
+    configs = algorithm_configs()
+    name = value.get("name")
+    if not isinstance(name, str) or name not in configs:
+        message = f"unknown or missing algorithm; choose one of {', '.join(sorted(configs))}"
+        raise _algorithm_error(("algorithm", "name"), message, name)
+    try:
+        return configs[name].model_validate(value)
+    except ValidationError as err:
+        located = [
+            {"type": e["type"], "loc": ("algorithm", *e["loc"]), "input": e["input"]}
+            | ({"ctx": e["ctx"]} if "ctx" in e else {})
+            for e in err.errors()
+        ]
+        raise ValidationError.from_exception_data("Spec", located) from None
+
+
+# --- eval and runtime -------------------------------------------------------------------
+
+
+class EvalSpec(Section):
+    every: int = Field(1, ge=1, description="evaluate the global model every N rounds")
+    target_accuracy: float | None = Field(None, gt=0, le=1)
+
+
+class RuntimeSpec(Section):
+    """Execution settings; never part of a key."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(None, ge=1)
+    checkpoint_every: int = Field(5, ge=1)
+    eval_batch_size: int = Field(1000, ge=1)
+    progress: bool = True
+
+
+# --- the spec ---------------------------------------------------------------------------
+
+
+class Spec(Section):
+    name: str = "experiment"
+    description: str = ""
+    seed: int = Field(0, ge=0)
+    data: DataSpec = DataSpec()
+    partition: PartitionSpec = IIDPartition()
+    model: ModelSpec = ModelSpec()
+    federation: FederationSpec = FederationSpec()
+    algorithm: AlgorithmSpec = Field(
+        default_factory=lambda: _validate_algorithm({"name": "fedavg"})
+    )
+    eval: EvalSpec = EvalSpec()
+    runtime: RuntimeSpec = RuntimeSpec()
+    matrix: dict[str, Annotated[list[Any], Field(min_length=1)]] | None = Field(
+        None, description="dotted field path -> values; expands into one run per combination"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dispatch_algorithm(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "algorithm" in data:
+            data = dict(data)
+            data["algorithm"] = _validate_algorithm(data["algorithm"])
+        return data
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Spec:
+        cpr = self.federation.clients_per_round
+        if cpr is not None and cpr > self.partition.clients:
+            raise ValueError(
+                f"federation.clients_per_round={cpr} exceeds partition.clients="
+                f"{self.partition.clients}; lower it or add clients"
+            )
+        angles = self.partition.rotation.angles if self.partition.rotation else None
+        if angles is not None and len(angles) != self.partition.clients:
+            raise ValueError(
+                f"partition.rotation.angles has {len(angles)} entries for "
+                f"{self.partition.clients} clients; give one angle per client"
+            )
+        return self
+
+    @property
+    def clients_per_round(self) -> int:
+        fed, k = self.federation, self.partition.clients
+        if fed.clients_per_round is not None:
+            return fed.clients_per_round
+        if fed.fraction is not None:
+            return max(1, round(fed.fraction * k))
+        return k
+
+
+# --- loading ----------------------------------------------------------------------------
+
+
+def _field_path(loc: tuple[int | str, ...], data: Any) -> list[str]:
+    """The user's path to an error: pydantic's loc without the union tags it inserts right after
+    a discriminated union's field (`partition.dirichlet.alpha` -> `partition.alpha`)."""
+    path, node, entered = [], data, False
+    for part in loc:
+        tagged = isinstance(node, dict) and any(node.get(d) == part for d in _DISCRIMINATORS)
+        if (entered and tagged) or str(part).startswith("function-"):
+            entered = False
+            continue
+        path.append(str(part))
+        inside = isinstance(node, dict) and part in node
+        inside |= isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        node, entered = (node[part] if inside else None), True
+    return path
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _format_error(err: ValidationError, source: str, data: Any) -> str:
+    """One line: where the first problem is, what is wrong, and how to fix it."""
+    first = err.errors(include_url=False)[0]
+    path, kind, ctx = _field_path(first["loc"], data), first["type"], first.get("ctx", {})
+    value = first.get("input")
+    if kind == "extra_forbidden":
+        msg = "unknown field; remove it or fix its spelling (`fedhet spec schema` lists the fields)"
+    elif kind == "missing":
+        msg = "required field is missing; add it"
+    elif kind in ("union_tag_invalid", "union_tag_not_found"):
+        path.append(ctx["discriminator"].strip("'"))
+        if "tag" in ctx:
+            msg = f"unknown value {ctx['tag']!r}; choose one of {ctx['expected_tags']}"
+        else:
+            msg = "missing; add it (`fedhet spec schema` lists the choices)"
+    else:
+        msg = first["msg"].removeprefix("Value error, ")
+        msg = msg[:1].lower() + msg[1:]
+        if path and not isinstance(value, dict | list):
+            msg += f" (got {_short(value)})"
+    more = err.error_count() - 1
+    suffix = f" (+{more} more problem{'s' if more > 1 else ''})" if more else ""
+    where = f"{'.'.join(path)}: " if path else ""
+    return f"{source}: {where}{msg}{suffix}"
+
+
+def parse_spec(data: Any, source: str = "spec") -> Spec:
+    """Validate a mapping into a Spec, raising InputError with a one-line message."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: a spec must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as err:
+        raise InputError(_format_error(err, source, data)) from None
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: spec file not found; pass the path of a YAML spec (see specs/)")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        message = f"{path}: cannot read the spec ({err}); pass a readable UTF-8 YAML file"
+        raise InputError(message) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise InputError(f"{path}:{where}: YAML syntax error: {problem}") from None
+    return data
+
+
+def load_spec(path: str | Path) -> Spec:
+    return parse_spec(load_yaml(path), str(path))
+
+
+# --- matrix -----------------------------------------------------------------------------
+
+
+def _set_path(data: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise InputError(f"matrix: {dotted}: {part} is not a section")
+    node[leaf] = copy.deepcopy(value)
+
+
+def expand(spec: Spec) -> list[tuple[dict[str, Any], Spec]]:
+    """One (axis values, run spec) pair per matrix combination; a spec without matrix is one run."""
+    if not spec.matrix:
+        return [({}, spec)]
+    base = spec.model_dump(mode="json", exclude={"matrix"}, serialize_as_any=True)
+    axes = list(spec.matrix)
+    runs = []
+    for values in itertools.product(*(spec.matrix[a] for a in axes)):
+        data = copy.deepcopy(base)
+        for axis, value in sorted(zip(axes, values, strict=True), key=_application_order):
+            if axis == "algorithm.name":  # a new algorithm starts from its own defaults
+                data["algorithm"] = {"name": value}
+            else:
+                _set_path(data, axis, value)
+        runs.append((dict(zip(axes, values, strict=True)), parse_spec(data, f"matrix {values}")))
+    return runs
+
+
+def _application_order(axis_value: tuple[str, Any]) -> tuple[bool, int]:
+    """Whole sections before the fields inside them, so e.g. `algorithm.name` and `algorithm.mu`
+    axes combine whatever their order in the file."""
+    axis = axis_value[0]
+    return axis != "algorithm.name", axis.count(".")
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of specs, with the algorithm block as the union of every algorithm's config."""
+    from typing import Union
+
+    from pydantic import create_model
+
+    configs = tuple(algorithm_configs().values())
+    algorithm_union = Annotated[Union[configs], Field(discriminator="name")]  # noqa: UP007
+    default = Field(default_factory=lambda: _validate_algorithm({"name": "fedavg"}))
+    schema_model = create_model("Spec", __base__=Spec, algorithm=(algorithm_union, default))
+    return schema_model.model_json_schema()

@@ -1,0 +1,1 @@
+"""Datasets, client partitions and the partition stage."""

@@ -1,0 +1,255 @@
+"""Client partitions of a training set: which sample indices each client holds.
+
+Every scheme is deterministic given the seed: all randomness comes from one
+np.random.default_rng(seed). Schemes may leave a client empty (e.g. dirichlet with a tiny
+alpha and min_samples=0); `min_samples` exists to prevent that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedhet.core.errors import InputError
+from fedhet.core.spec import (
+    ClassesPartition,
+    DirichletPartition,
+    IIDPartition,
+    QuantityPartition,
+    RotationPartition,
+    SubsetPartition,
+)
+
+PartitionConfig = (
+    IIDPartition
+    | DirichletPartition
+    | ClassesPartition
+    | SubsetPartition
+    | QuantityPartition
+    | RotationPartition
+)
+
+# Dirichlet draws tried before the deterministic min_samples repair; a bound, not a retry loop.
+MAX_DIRICHLET_DRAWS = 10
+
+
+@dataclass(frozen=True, eq=False)
+class Partition:
+    client_indices: list[np.ndarray]  # int64 indices into the train set, one per client, sorted
+    histogram: np.ndarray  # clients x classes int64 label counts
+    angles: np.ndarray | None  # per-client rotation in degrees (feature shift), or None
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_indices)
+
+
+def make_partition(
+    spec: PartitionConfig, labels: np.ndarray, num_classes: int, seed: int
+) -> Partition:
+    """Split the training labels among `spec.clients` clients by `spec.scheme`."""
+    labels = np.asarray(labels, dtype=np.int64)
+    if labels.ndim != 1 or (labels.size and (labels.min() < 0 or labels.max() >= num_classes)):
+        raise ValueError(f"labels must be a 1-D array of values in [0, {num_classes})")
+    rng = np.random.default_rng(seed)
+    shares = _SCHEMES[spec.scheme](spec, labels, num_classes, rng)
+    client_indices = [np.sort(share).astype(np.int64) for share in shares]
+    histogram = np.stack(
+        [np.bincount(labels[share], minlength=num_classes) for share in client_indices]
+    ).astype(np.int64)
+    return Partition(client_indices, histogram, _angles(spec))
+
+
+def summary_rows(partition: Partition) -> list[dict]:
+    """One row per client: size, classes present, dominant class and its share, angle."""
+    rows = []
+    for client, counts in enumerate(partition.histogram):
+        size = int(counts.sum())
+        angle = None if partition.angles is None else float(partition.angles[client])
+        rows.append(
+            {
+                "client": client,
+                "size": size,
+                "classes": int(np.count_nonzero(counts)),
+                "dominant_class": int(np.argmax(counts)) if size else None,
+                "dominant_share": float(counts.max() / size) if size else 0.0,
+                "angle": angle,
+            }
+        )
+    return rows
+
+
+# --- schemes: each returns one index array per client ------------------------------------
+
+
+def _iid(spec: PartitionConfig, labels: np.ndarray, num_classes: int, rng: np.random.Generator):
+    return np.array_split(rng.permutation(len(labels)), spec.clients)
+
+
+def _dirichlet(
+    spec: DirichletPartition, labels: np.ndarray, num_classes: int, rng: np.random.Generator
+):
+    pools = _class_pools(labels, num_classes, rng)
+    counts = _dirichlet_counts(
+        [len(p) for p in pools], spec.clients, spec.alpha, spec.min_samples, rng
+    )
+    return _deal(pools, counts)
+
+
+def _quantity(
+    spec: QuantityPartition, labels: np.ndarray, num_classes: int, rng: np.random.Generator
+):
+    """Sizes ~ Dir_K(alpha); each client's samples are a uniformly random (iid-label) subset."""
+    pool = rng.permutation(len(labels))
+    counts = _dirichlet_counts([len(pool)], spec.clients, spec.alpha, spec.min_samples, rng)
+    return _deal([pool], counts)
+
+
+def _classes(
+    spec: ClassesPartition, labels: np.ndarray, num_classes: int, rng: np.random.Generator
+):
+    """Client k owns order[(k*C + j) % num_classes], j < C; a class splits evenly among owners."""
+    per_client, clients = spec.classes_per_client, spec.clients
+    if per_client > num_classes:
+        raise InputError(
+            f"partition.classes_per_client={per_client} exceeds the dataset's {num_classes} "
+            "classes; lower it"
+        )
+    if clients * per_client < num_classes:
+        raise InputError(
+            f"partition: clients x classes_per_client = {clients * per_client} leaves some of "
+            f"the {num_classes} classes without an owner; raise clients or classes_per_client"
+        )
+    order = rng.permutation(num_classes) if spec.shuffle_classes else np.arange(num_classes)
+    owners: list[list[int]] = [[] for _ in range(num_classes)]
+    for client in range(clients):
+        for slot in range(per_client):
+            owners[order[(client * per_client + slot) % num_classes]].append(client)
+    shares: list[list[np.ndarray]] = [[] for _ in range(clients)]
+    for pool, class_owners in zip(_class_pools(labels, num_classes, rng), owners, strict=True):
+        for client, part in zip(class_owners, np.array_split(pool, len(class_owners)), strict=True):
+            shares[client].append(part)
+    return [np.concatenate(parts) for parts in shares]
+
+
+def _subset(spec: SubsetPartition, labels: np.ndarray, num_classes: int, rng: np.random.Generator):
+    """Client k's dominant class is k % num_classes.
+
+    Every client gets `minor_samples` random samples of each class other than its dominant
+    one; the rest of a class splits evenly among the clients it dominates. When there are
+    fewer clients than classes, the classes nobody dominates contribute only their minor
+    samples: the remainder of those classes is left unused.
+    """
+    clients, minor = spec.clients, spec.minor_samples
+    dominant = np.arange(clients) % num_classes
+    shares: list[list[np.ndarray]] = [[] for _ in range(clients)]
+    for label, pool in enumerate(_class_pools(labels, num_classes, rng)):
+        minor_clients = np.flatnonzero(dominant != label)
+        needed = minor * len(minor_clients)
+        if needed > len(pool):
+            raise InputError(
+                f"partition.minor_samples={minor}: {len(minor_clients)} clients need {needed} "
+                f"samples of class {label}, which has {len(pool)}; lower minor_samples"
+            )
+        for client, part in zip(
+            minor_clients, pool[:needed].reshape(len(minor_clients), minor), strict=True
+        ):
+            shares[client].append(part)
+        major_clients = np.flatnonzero(dominant == label)
+        if len(major_clients):
+            rest = np.array_split(pool[needed:], len(major_clients))
+            for client, part in zip(major_clients, rest, strict=True):
+                shares[client].append(part)
+    return [np.concatenate(parts) for parts in shares]
+
+
+_SCHEMES: dict[str, Callable[..., list[np.ndarray]]] = {
+    "iid": _iid,
+    "rotation": _iid,
+    "dirichlet": _dirichlet,
+    "quantity": _quantity,
+    "classes": _classes,
+    "subset": _subset,
+}
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _class_pools(
+    labels: np.ndarray, num_classes: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Each class's sample indices in a random order."""
+    return [rng.permutation(np.flatnonzero(labels == label)) for label in range(num_classes)]
+
+
+def _dirichlet_counts(
+    pool_sizes: list[int], clients: int, alpha: float, min_samples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """clients x pools counts: pool p is dealt by a multinomial over q_p ~ Dir_K(alpha).
+
+    Up to MAX_DIRICHLET_DRAWS draws are tried for one meeting min_samples; the draw with the
+    smallest shortfall is then repaired deterministically.
+    """
+    total = sum(pool_sizes)
+    if min_samples * clients > total:
+        raise InputError(
+            f"partition.min_samples={min_samples} x clients={clients} exceeds the {total} "
+            "training samples; lower min_samples or clients"
+        )
+    best, best_shortfall = None, None
+    for _ in range(MAX_DIRICHLET_DRAWS):
+        counts = np.stack(
+            [rng.multinomial(size, rng.dirichlet(np.full(clients, alpha))) for size in pool_sizes],
+            axis=1,
+        )
+        shortfall = int(np.maximum(min_samples - counts.sum(axis=1), 0).sum())
+        if best_shortfall is None or shortfall < best_shortfall:
+            best, best_shortfall = counts, shortfall
+        if shortfall == 0:
+            break
+    return _top_up(best, min_samples)
+
+
+def _top_up(counts: np.ndarray, min_samples: int) -> np.ndarray:
+    """Move samples from the largest clients (their largest pool) to clients below min_samples.
+
+    Terminates: while some client is short, the total (>= clients * min_samples) forces the
+    largest client above min_samples, so every step moves at least one sample.
+    """
+    counts = counts.copy()
+    sizes = counts.sum(axis=1)
+    for client in np.flatnonzero(sizes < min_samples):
+        while sizes[client] < min_samples:
+            donor = int(np.argmax(sizes))
+            pool = int(np.argmax(counts[donor]))
+            moved = min(
+                min_samples - sizes[client], sizes[donor] - min_samples, counts[donor, pool]
+            )
+            counts[donor, pool] -= moved
+            counts[client, pool] += moved
+            sizes[donor] -= moved
+            sizes[client] += moved
+    return counts
+
+
+def _deal(pools: list[np.ndarray], counts: np.ndarray) -> list[np.ndarray]:
+    """Client k takes the next counts[k, p] indices of each pool p, in client order."""
+    pieces = [np.split(pool, np.cumsum(counts[:, p])[:-1]) for p, pool in enumerate(pools)]
+    return [np.concatenate([piece[k] for piece in pieces]) for k in range(counts.shape[0])]
+
+
+def _angles(spec: PartitionConfig) -> np.ndarray | None:
+    rotation = spec.rotation
+    if rotation is None:
+        return None
+    if rotation.angles is None:
+        return np.arange(spec.clients) * float(rotation.step)
+    if len(rotation.angles) != spec.clients:
+        raise InputError(
+            f"partition.rotation.angles has {len(rotation.angles)} entries for {spec.clients} "
+            "clients; give one angle per client"
+        )
+    return np.asarray(rotation.angles, dtype=np.float64)

@@ -1,0 +1,1 @@
+"""The federated engine: the algorithm interface, local training, the round loop, the train stage."""

@@ -1,0 +1,202 @@
+"""The algorithm interface. The base class is FedAvg; every method overrides only what differs.
+
+An algorithm is a few functions over explicit state:
+- `init_server_state(global_state)`: extra server-side tensors (e.g. SCAFFOLD's control);
+- `client_update(job)`: local training from the global state, returning a `ClientResult`;
+- `aggregate(global_state, server_state, results, weights)`: the new global state;
+- hooks: `local_loss` (the local objective), `before_step` (gradient rewriting),
+  `synchronized_first_step` (a lockstep step across the round's clients, returning the
+  `Traffic` it adds), `download`/`shared` (what crosses the network, for accounting),
+  `evaluation_states` (personalized models to evaluate), `build_model` and `plan` (extra stages).
+The engine owns the round loop, sampling, evaluation, metrics and checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch import nn
+
+from fedhet.core.spec import AlgorithmSpec, Spec
+from fedhet.engine import objectives, tensors
+from fedhet.engine.local import (
+    ClientData,
+    LocalStats,
+    batch_schedule,
+    local_sgd,
+    num_local_steps,
+    sgd,
+)
+from fedhet.engine.tensors import Tensors
+
+if TYPE_CHECKING:
+    from fedhet.core.pipeline import StageNode
+    from fedhet.data.datasets import Dataset
+
+
+@dataclass
+class TrainSetup:
+    """Everything fixed for a run: the spec, data, clients and device."""
+
+    spec: Spec
+    dataset: Dataset
+    clients: list[ClientData]
+    device: torch.device
+    extras: dict[str, object] = field(default_factory=dict)  # artifacts of extra upstream stages
+
+    @property
+    def sizes(self) -> list[int]:
+        return [c.n for c in self.clients]
+
+
+@dataclass
+class ClientJob:
+    """One client's work in one round."""
+
+    round: int
+    client: ClientData
+    model: nn.Module  # loaded with the global state
+    global_state: Tensors
+    server_state: Tensors
+    client_state: Tensors  # persists across rounds for this client (e.g. control variates)
+    lr: float
+    generator: torch.Generator
+    first_step: Callable[[nn.Module], torch.Tensor] | None = None
+
+
+@dataclass
+class ClientResult:
+    client: int
+    state: Tensors  # the client's model state after local training
+    num_samples: int
+    stats: LocalStats
+    upload: Tensors = field(default_factory=dict)  # extra tensors sent to the server
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Communication a round adds beyond the model exchange (e.g. FedTAN's synchronized step)."""
+
+    bytes_up: int = 0  # summed over the round's clients
+    bytes_down: int = 0  # summed over the round's clients
+    rounds: int = 0  # extra server-client round trips
+
+
+class Algorithm:
+    name: ClassVar[str] = "fedavg"
+    # True when evaluation_states are the clients' own models: their states are then stored
+    personalized: ClassVar[bool] = False
+    # Raised when a change alters an algorithm's results, so its stored runs are recomputed
+    # (0, the default, adds nothing to the key: runs from before revisions existed stay valid)
+    revision: ClassVar[int] = 0
+    # True when a local-objective wrapper (VHL) may replace the data term of `local_loss`
+    accepts_objectives: ClassVar[bool] = False
+
+    class Config(AlgorithmSpec):
+        name: str = "fedavg"
+
+    def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
+        self.config = config
+        self.setup = setup
+        self.fed = setup.spec.federation
+
+    # --- planning and model -------------------------------------------------------------
+
+    @classmethod
+    def plan(cls, spec: Spec) -> StageNode:
+        from fedhet.engine.train_stage import train_node
+
+        return train_node(spec, **objectives.upstream(spec))
+
+    @cached_property
+    def param_names(self) -> frozenset[str]:
+        """Names of the model's trainable parameters (the rest of a state are buffers)."""
+        return frozenset(n for n, _ in self.build_model().named_parameters())
+
+    def build_model(self) -> nn.Module:
+        from fedhet.models import build_model
+
+        ds = self.setup.dataset
+        spec = self.setup.spec
+        outputs = ds.num_classes + objectives.extra_outputs(self.config, ds.num_classes)
+        return build_model(spec.model, ds.shape, outputs, spec.seed)
+
+    @cached_property
+    def objective(self) -> objectives.LocalObjective:
+        """The data term of the local loss: cross-entropy, or the composed method's (VHL)."""
+        return objectives.build(self.config, self.setup, lambda: self.build_model().feature_dim)
+
+    # --- server side --------------------------------------------------------------------
+
+    def init_server_state(self, global_state: Tensors) -> Tensors:
+        return {}
+
+    def shared(self, state: Tensors) -> Tensors:
+        """The part of a model state that crosses the network (all of it by default)."""
+        return state
+
+    def download(self, server_state: Tensors) -> Tensors:
+        """Extra tensors the server sends each sampled client besides the model."""
+        return {}
+
+    def aggregate(
+        self,
+        global_state: Tensors,
+        server_state: Tensors,
+        results: list[ClientResult],
+        weights: list[float],
+    ) -> Tensors:
+        return tensors.weighted_average([r.state for r in results], weights)
+
+    def synchronized_first_step(
+        self, round: int, model: nn.Module, jobs: list[ClientJob], weights: list[float]
+    ) -> Traffic:
+        """Optionally set `job.first_step` for every job (a lockstep step across clients).
+
+        Called once per round, before any client trains, with `model` holding the global state.
+        By default it only accounts the objective's one-off broadcast to every client (VHL's
+        virtual data).
+        """
+        sent = tensors.nbytes(self.objective.broadcast()) if round == 0 else 0
+        return Traffic(bytes_down=len(self.setup.clients) * sent)
+
+    def evaluation_states(
+        self, global_state: Tensors, client_states: dict[int, Tensors]
+    ) -> list[Tensors]:
+        """Model states whose test metrics are averaged into a round's test accuracy and loss."""
+        return [global_state]
+
+    # --- client side --------------------------------------------------------------------
+
+    def local_loss(
+        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        return self.objective.loss(model, x, y, job.generator)
+
+    def before_step(self, job: ClientJob, model: nn.Module) -> None:
+        """Rewrite gradients after backward, before the optimizer step."""
+
+    def local_steps(self, job: ClientJob) -> int:
+        return num_local_steps(self.fed, job.client.n)
+
+    def client_batches(self, job: ClientJob):
+        return batch_schedule(
+            job.client.n, self.fed.batch_size, self.local_steps(job), job.generator
+        )
+
+    def client_update(self, job: ClientJob) -> ClientResult:
+        model = job.model
+        stats = local_sgd(
+            model,
+            job.client,
+            self.client_batches(job),
+            sgd(model, self.fed, job.lr),
+            lambda m, x, y: self.local_loss(job, m, x, y),
+            before_step=lambda m: self.before_step(job, m),
+            first_step=job.first_step,
+        )
+        return ClientResult(job.client.id, tensors.clone(model.state_dict()), job.client.n, stats)

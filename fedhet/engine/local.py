@@ -1,0 +1,111 @@
+"""Client data, batch schedules and the local SGD loop every algorithm shares."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from fedhet.core.spec import FederationSpec
+
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+GradHook = Callable[[nn.Module], None]
+
+
+@dataclass
+class ClientData:
+    id: int
+    x: torch.Tensor
+    y: torch.Tensor
+
+    @property
+    def n(self) -> int:
+        return len(self.y)
+
+
+def num_local_steps(fed: FederationSpec, n: int, epochs_scale: float = 1.0) -> int:
+    if fed.local_steps is not None:
+        return fed.local_steps
+    return max(1, math.ceil(fed.local_epochs * epochs_scale * math.ceil(n / fed.batch_size)))
+
+
+def batch_schedule(
+    n: int, batch_size: int, steps: int, gen: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """`steps` index batches: successive seeded permutations cut into batches.
+
+    The last batch of each permutation may be short.
+    """
+    done = 0
+    while done < steps:
+        perm = torch.randperm(n, generator=gen)
+        for start in range(0, n, batch_size):
+            yield perm[start : start + batch_size]
+            done += 1
+            if done == steps:
+                return
+
+
+class Divergence(Exception):
+    def __init__(self, step: int, loss: float):
+        super().__init__(f"loss became {loss} at local step {step}")
+        self.step = step
+
+
+@dataclass
+class LocalStats:
+    steps: int
+    mean_loss: float
+
+
+def effective_steps(steps: int, momentum: float) -> float:
+    """a = sum_{k<steps} (1 - rho^(k+1)) / (1 - rho): the local displacement of SGD with
+    momentum rho, in units of lr times a gradient (a weighted sum of the step's gradients whose
+    weights total a); `steps` without momentum."""
+    if momentum == 0:
+        return float(steps)
+    return sum((1 - momentum ** (k + 1)) / (1 - momentum) for k in range(steps))
+
+
+def sgd(model: nn.Module, fed: FederationSpec, lr: float) -> torch.optim.SGD:
+    return torch.optim.SGD(
+        model.parameters(), lr=lr, momentum=fed.momentum, weight_decay=fed.weight_decay
+    )
+
+
+def local_sgd(
+    model: nn.Module,
+    client: ClientData,
+    batches: Iterator[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    loss_fn: LossFn,
+    before_step: GradHook | None = None,
+    first_step: Callable[[nn.Module], torch.Tensor] | None = None,
+) -> LocalStats:
+    """Run SGD over `batches` of the client's data.
+
+    `before_step` may rewrite gradients (SCAFFOLD's correction); `first_step`, when given,
+    replaces the first step's forward/backward (FedTAN's synchronized step): it must set the
+    gradients and return the loss.
+    """
+    model.train()
+    total, steps = 0.0, 0
+    for step, idx in enumerate(batches):
+        optimizer.zero_grad(set_to_none=True)
+        if step == 0 and first_step is not None:
+            loss = first_step(model)
+        else:
+            loss = loss_fn(model, client.x[idx], client.y[idx])
+            loss.backward()
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise Divergence(step, value)
+        if before_step is not None:
+            before_step(model)
+        optimizer.step()
+        total += value
+        steps += 1
+    return LocalStats(steps, total / max(steps, 1))

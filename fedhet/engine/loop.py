@@ -1,0 +1,305 @@
+"""The round loop: sampling, local training, aggregation, evaluation, metrics, checkpoints."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import zarr
+from torch import nn
+
+from fedhet.core.errors import DivergedError
+from fedhet.core.rng import numpy_rng, torch_generator
+from fedhet.engine import tensors
+from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, Traffic, TrainSetup
+from fedhet.engine.local import Divergence
+from fedhet.engine.tensors import Tensors
+
+METRICS = (
+    "test_accuracy",
+    "test_loss",
+    "train_loss",
+    "divergence",
+    "bytes_up",
+    "bytes_down",
+    "comm_rounds",  # server-client round trips: 1 (model exchange) + a synchronized step's
+    "wall_time",
+)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 1000,
+    num_classes: int | None = None,
+) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of `model` on (x, y) over its first `num_classes` outputs
+    (default: all; a model with extra outputs, such as VHL's virtual classes, is scored on the
+    dataset's classes only)."""
+    model.eval()
+    correct, loss = 0, 0.0
+    for start in range(0, len(y), batch_size):
+        logits = model(x[start : start + batch_size])[:, :num_classes]
+        target = y[start : start + batch_size]
+        loss += float(F.cross_entropy(logits, target, reduction="sum"))
+        correct += int((logits.argmax(1) == target).sum())
+    return correct / len(y), loss / len(y)
+
+
+def sample_clients(seed: int, round: int, num_clients: int, per_round: int) -> list[int]:
+    if per_round >= num_clients:
+        return list(range(num_clients))
+    rng = numpy_rng(seed, "sample", round)
+    return sorted(rng.choice(num_clients, size=per_round, replace=False).tolist())
+
+
+@dataclass
+class RunState:
+    """Everything a checkpoint holds; the run continues exactly from it."""
+
+    round: int  # rounds completed
+    global_state: Tensors
+    server_state: Tensors
+    client_states: dict[int, Tensors]
+    metrics: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
+    best_state: Tensors | None = None
+    best_accuracy: float = -1.0
+
+
+class Checkpoints:
+    """Run states saved as Zarr groups in the stage's partial area; the newest complete one wins."""
+
+    def __init__(self, folder: Path, device: torch.device):
+        self.folder, self.device = folder, device
+
+    def path(self, round: int) -> Path:
+        return self.folder / f"ckpt-{round:06d}.zarr"
+
+    def save(self, state: RunState) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        final = self.path(state.round)
+        tmp = self.folder / f".tmp-{final.name}"
+        group = zarr.open_group(tmp, mode="w")
+        write_run_state(group, state)
+        tmp.rename(final)
+        for old in self.folder.glob("ckpt-*.zarr"):
+            if old != final:
+                _rmtree(old)
+
+    def latest(self) -> RunState | None:
+        found = sorted(self.folder.glob("ckpt-*.zarr"))
+        if not found:
+            return None
+        return read_run_state(zarr.open_group(found[-1], mode="r"), self.device)
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_run_state(group: zarr.Group, state: RunState) -> None:
+    group.attrs.update({"round": state.round, "best_accuracy": state.best_accuracy})
+    write_metrics(group, state.metrics)
+    tensors.save(group, "global", state.global_state)
+    tensors.save(group, "server", state.server_state)
+    write_client_states(group, state.client_states)
+    if state.best_state is not None:
+        tensors.save(group, "best", state.best_state)
+
+
+def write_client_states(group: zarr.Group, client_states: dict[int, Tensors]) -> None:
+    clients = group.create_group("clients")
+    for cid, cstate in client_states.items():
+        tensors.save(clients, str(cid), cstate)
+
+
+def read_client_states(group: zarr.Group, device: torch.device) -> dict[int, Tensors]:
+    clients = group["clients"]
+    return {int(c): tensors.load(clients, c, device) for c in clients.group_keys()}
+
+
+def read_run_state(group: zarr.Group, device: torch.device) -> RunState:
+    metrics = {m: group["metrics"][m][:].tolist() for m in METRICS}
+    return RunState(
+        round=int(group.attrs["round"]),
+        global_state=tensors.load(group, "global", device),
+        server_state=tensors.load(group, "server", device),
+        client_states=read_client_states(group, device),
+        metrics=metrics,
+        best_state=tensors.load(group, "best", device) if "best" in group else None,
+        best_accuracy=float(group.attrs["best_accuracy"]),
+    )
+
+
+def write_metrics(group: zarr.Group, metrics: dict[str, list[float]]) -> None:
+    sub = group.create_group("metrics")
+    for name, values in metrics.items():
+        sub.create_array(name, data=np.asarray(values, dtype=np.float64))
+
+
+RoundCallback = Callable[[int, dict[str, float]], None]
+
+
+class Engine:
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        setup: TrainSetup,
+        checkpoints: Checkpoints,
+        checkpoint_every: int,
+        on_round: RoundCallback | None = None,
+    ):
+        self.algorithm, self.setup = algorithm, setup
+        self.spec = setup.spec
+        self.checkpoints, self.checkpoint_every = checkpoints, checkpoint_every
+        self.on_round = on_round or (lambda r, m: None)
+        self.model = algorithm.build_model().to(setup.device)
+        self.weights_all = np.asarray(setup.sizes, dtype=np.float64) / sum(setup.sizes)
+
+    def initial_state(self) -> RunState:
+        resumed = self.checkpoints.latest()
+        if resumed is not None:
+            return resumed
+        global_state = tensors.clone(self.model.state_dict())
+        return RunState(0, global_state, self.algorithm.init_server_state(global_state), {})
+
+    def run(self, state: RunState | None = None) -> RunState:
+        """Train from `state` (default: the latest checkpoint, or the start) to the last round."""
+        state = state or self.initial_state()
+        for rnd in range(state.round, self.spec.federation.rounds):
+            self.run_round(rnd, state)
+            state.round = rnd + 1
+            if (
+                state.round % self.checkpoint_every == 0
+                and state.round < self.spec.federation.rounds
+            ):
+                self.checkpoints.save(state)
+        return state
+
+    def make_jobs(self, rnd: int, state: RunState, sampled: list[int]) -> list[ClientJob]:
+        fed = self.spec.federation
+        lr = fed.lr * fed.lr_decay**rnd
+        jobs = []
+        for cid in sampled:
+            model = self.model  # one model object is reused: each job loads the global state first
+            # a copy: the round's changes are committed only when the whole round succeeds
+            client_state = tensors.clone(state.client_states.get(cid, {}))
+            gen = torch_generator(self.spec.seed, "local", rnd, cid)
+            jobs.append(
+                ClientJob(
+                    rnd,
+                    self.setup.clients[cid],
+                    model,
+                    state.global_state,
+                    state.server_state,
+                    client_state,
+                    lr,
+                    gen,
+                )
+            )
+        return jobs
+
+    def run_round(self, rnd: int, state: RunState) -> None:
+        started = time.perf_counter()
+        algo = self.algorithm
+        sampled = sample_clients(
+            self.spec.seed, rnd, len(self.setup.clients), self.spec.clients_per_round
+        )
+        weights = self.weights_all[sampled] / self.weights_all[sampled].sum()
+        jobs = self.make_jobs(rnd, state, sampled)
+        self.model.load_state_dict(state.global_state)
+        traffic = algo.synchronized_first_step(rnd, self.model, jobs, weights.tolist())
+        down = tensors.nbytes(algo.shared(state.global_state)) + tensors.nbytes(
+            algo.download(state.server_state)
+        )
+        results: list[ClientResult] = []
+        for job in jobs:
+            self.model.load_state_dict(state.global_state)
+            try:
+                results.append(algo.client_update(job))
+            except Divergence as err:
+                self.fail(rnd, state, f"client {job.client.id}: {err}")
+        server_state = tensors.clone(state.server_state)  # aggregate may update it in place
+        new_global = algo.aggregate(state.global_state, server_state, results, weights.tolist())
+        if not tensors.all_finite(new_global):
+            self.fail(rnd, state, "the aggregated model is not finite")
+        state.server_state = server_state
+        state.client_states.update({job.client.id: job.client_state for job in jobs})
+        self.record(rnd, state, new_global, results, len(jobs) * down, traffic, started)
+
+    def fail(self, rnd: int, state: RunState, what: str) -> None:
+        # `state` is still the state before this round: keep it (and the metrics so far)
+        if not self.checkpoints.path(state.round).exists():
+            self.checkpoints.save(state)
+        raise DivergedError(
+            f"round {rnd + 1}: {what}; metrics so far kept in {self.checkpoints.folder} "
+            "(lower federation.lr)",
+            rnd + 1,
+            state.metrics,
+        )
+
+    def record(
+        self,
+        rnd: int,
+        state: RunState,
+        new_global: Tensors,
+        results: list[ClientResult],
+        bytes_down: int,
+        traffic: Traffic,
+        started: float,
+    ) -> None:
+        algo = self.algorithm
+        up = sum(tensors.nbytes(algo.shared(r.state)) + tensors.nbytes(r.upload) for r in results)
+        shared_global = algo.shared(new_global)
+        divergence = float(
+            np.mean([tensors.distance(shared_global, algo.shared(r.state)) for r in results])
+        )
+        train_loss = float(np.mean([r.stats.mean_loss for r in results]))
+        state.global_state = new_global
+        acc, loss = float("nan"), float("nan")
+        last = rnd + 1 == self.spec.federation.rounds
+        if (rnd + 1) % self.spec.eval.every == 0 or last:
+            evaluated = algo.evaluation_states(new_global, state.client_states)
+            acc, loss = self.evaluate_states(evaluated)
+            if acc > state.best_accuracy:
+                state.best_accuracy, state.best_state = acc, tensors.clone(new_global)
+        row = {
+            "test_accuracy": acc,
+            "test_loss": loss,
+            "train_loss": train_loss,
+            "divergence": divergence,
+            "bytes_up": float(up + traffic.bytes_up),
+            "bytes_down": float(bytes_down + traffic.bytes_down),
+            "comm_rounds": float((1 if shared_global else 0) + traffic.rounds),
+            "wall_time": time.perf_counter() - started,
+        }
+        for name, value in row.items():
+            state.metrics[name].append(value)
+        self.on_round(rnd, row)
+
+    def evaluate_states(self, states: list[Tensors]) -> tuple[float, float]:
+        """Test (accuracy, loss) averaged over model states (one: the global model)."""
+        ds = self.setup.dataset
+        scores = []
+        for model_state in states:
+            self.model.load_state_dict(model_state)
+            scores.append(
+                evaluate(
+                    self.model,
+                    self.setup.extras.get("test_x", ds.test_x),
+                    self.setup.extras.get("test_y", ds.test_y),
+                    self.spec.runtime.eval_batch_size,
+                    ds.num_classes,
+                )
+            )
+        accuracies, losses = zip(*scores, strict=True)
+        return float(np.mean(accuracies)), float(np.mean(losses))

@@ -1,0 +1,85 @@
+"""Composable local objectives: the data term of a client's loss, replaceable by a method.
+
+By default the data term is the cross-entropy of the client's batch. A method such as VHL
+registers an objective wrapper (`fedhet.core.registry.ObjectiveWrapper`) whose config becomes an
+optional field of every algorithm that accepts objectives; when that field is set, the wrapper
+builds the run's objective, adds its upstream stages, extra model outputs and one-off broadcast.
+Algorithm-specific terms (FedProx's proximal term, SCAFFOLD's correction) apply on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedhet.core import registry
+from fedhet.core.sections import AlgorithmSpec
+
+if TYPE_CHECKING:
+    from fedhet.core.pipeline import StageNode
+    from fedhet.core.spec import Spec
+    from fedhet.engine.algorithm import TrainSetup
+
+
+class LocalObjective(Protocol):
+    def loss(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor: ...
+
+    def broadcast(self) -> dict[str, torch.Tensor]:
+        """What the server sends every client once, before training starts."""
+        ...
+
+
+class CrossEntropy:
+    def loss(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
+        return F.cross_entropy(model(x), y)
+
+    def broadcast(self) -> dict[str, torch.Tensor]:
+        return {}
+
+
+def active(config: AlgorithmSpec) -> list[tuple[Any, Any]]:
+    """(wrapper, its config) for every objective wrapper turned on in an algorithm config."""
+    wrappers = registry.objectives()
+    return [
+        (wrappers[field], getattr(config, field))
+        for field in config.objective_fields
+        if getattr(config, field) is not None
+    ]
+
+
+def extra_outputs(config: AlgorithmSpec, num_classes: int) -> int:
+    """Model outputs the active objectives need beyond the dataset's classes."""
+    return sum(w.extra_outputs(c, num_classes) for w, c in active(config))
+
+
+def upstream(spec: Spec) -> dict[str, StageNode]:
+    """The stages the active objectives need before training (VHL: its virtual dataset)."""
+    nodes: dict[str, StageNode] = {}
+    for wrapper, config in active(spec.algorithm):
+        nodes.update(wrapper.upstream(config, spec))
+    return nodes
+
+
+def build(
+    config: AlgorithmSpec, setup: TrainSetup, feature_dim: Callable[[], int]
+) -> LocalObjective:
+    """The run's objective; `feature_dim` (the model's penultimate width) is asked only when
+    a wrapper is on."""
+    found = active(config)
+    if len(found) > 1:
+        from fedhet.core.errors import InputError
+
+        names = ", ".join(w.field for w, _ in found)
+        raise InputError(f"algorithm: {names} each replace the local objective; set only one")
+    if not found:
+        return CrossEntropy()
+    wrapper, wrapper_config = found[0]
+    return wrapper.build(wrapper_config, setup, feature_dim())

@@ -1,5 +1,0 @@
-"""FedImpro: decoupled training with shared per-class feature statistics."""
-
-from fedhet.fedimpro.algorithm import FedImpro, FedImproConfig
-
-__all__ = ["FedImpro", "FedImproConfig"]

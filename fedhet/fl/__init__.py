@@ -1,1 +1,0 @@
-"""The federated training engine: round loop, local training, aggregation, checkpoints."""

@@ -1,0 +1,1 @@
+"""Methods: one package per method, each registered through the `fedhet.methods` entry points."""

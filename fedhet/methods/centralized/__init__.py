@@ -1,0 +1,1 @@
+"""Centralized training: the upper bound every federated method is compared with."""

@@ -1,0 +1,1 @@
+"""FedAvg (McMahan et al., 2017)."""

@@ -1,0 +1,309 @@
+"""The `fedbr` algorithm (paper Section 4, Algorithm 1).
+
+At every local step, on a real batch (x, y) and the pseudo batch (x_p, y_p):
+- max step (component 2): the projection head P ascends L_con, features detached;
+- min step: features and classifier descend
+  CE(x, y) + lam * CE(x_p, y_p) [component 1] + mu * L_con [component 2], P held fixed.
+L_con (Eq. 5-7) = -log f1 / (f1 + f2) with f1 = exp(cos(P phi_i(x_p), P phi_g(x_p)) / tau1) and
+f2 = exp(cos(P phi_i(x_p), P phi_i(x)) / tau2), averaged over every (pseudo, real) pair, i.e.
+the expectation over x_p ~ D_p, x ~ D_i of Eq. 2-3. phi_g is the round's global feature
+extractor, frozen. P lives in the model state, so it is averaged and checkpointed like the rest.
+
+The official code multiplies the cosine similarities by tau instead of dividing by it:
+tau1 = tau2 = 0.5 here reproduces its default of 2.0.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from fedhet.core.pipeline import StageNode
+from fedhet.core.rng import derive_seed, torch_generator
+from fedhet.core.spec import AlgorithmSpec, FederationSpec, Spec
+from fedhet.engine import tensors
+from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, TrainSetup
+from fedhet.engine.local import Divergence, LocalStats
+from fedhet.engine.tensors import Tensors
+from fedhet.methods.fedbr.pseudo import PseudoSpec, draw, mix_with_local, uniform_labels
+from fedhet.methods.fedbr.pseudo_stage import load_pseudo, pools, pseudo_node, round_generator
+from fedhet.models import FedModel
+
+_VARIANTS = {
+    (True, True): "FedBR",
+    (True, False): "FedBR component 1",
+    (False, True): "FedBR component 2",
+    (False, False): "FedBR without components",
+}
+
+
+class FedBRConfig(AlgorithmSpec):
+    name: Literal["fedbr"] = "fedbr"
+    pseudo: PseudoSpec = PseudoSpec()
+    debias_classifier: bool = Field(True, description="component 1: CE(pseudo, uniform)")
+    debias_features: bool = Field(True, description="component 2: adversarial L_con")
+    max_step: bool = Field(True, description="component 2's max step (ablation: false)")
+    lam: float = Field(1.0, ge=0, description="lambda, weight of the pseudo-data CE")
+    mu: float = Field(0.5, ge=0, description="weight of L_con")
+    tau1: float = Field(2.0, gt=0, description="L_con temperature of the positive pair (Eq. 5)")
+    tau2: float = Field(2.0, gt=0, description="L_con temperature of the negative pairs (Eq. 6)")
+    projection_width: int = Field(256, ge=1)
+    projection_dim: int = Field(128, ge=1)
+
+    @property
+    def uses_pseudo(self) -> bool:
+        return self.debias_classifier or self.debias_features
+
+    def base_label(self) -> str:
+        label = _VARIANTS[self.debias_classifier, self.debias_features]
+        if self.debias_features and not self.max_step:
+            label += " w/o max step"
+        if self.uses_pseudo and self.pseudo.kind == "mixture":
+            label += " (mixture)"
+        if self.uses_pseudo and self.pseudo.refresh == "round":
+            label += " (pseudo-data each round)"
+        if self.debias_features and (self.tau1, self.tau2) != (2.0, 2.0):
+            label += f" (tau {self.tau1:g}/{self.tau2:g})"
+        return label
+
+
+# --- model ------------------------------------------------------------------------------
+
+
+class FedBRModel(nn.Module):
+    """The classifier (`net`, a FedModel) and the projection head P; forward gives logits."""
+
+    def __init__(self, net: FedModel, projection: nn.Sequential):
+        super().__init__()
+        self.net = net
+        self.projection = projection
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def projection_head(in_dim: int, width: int, out_dim: int, seed: int) -> nn.Sequential:
+    """The paper's 3-layer MLP P, initialized from `seed` (the global RNG is left untouched)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "fedbr", "projection"))
+        return nn.Sequential(
+            nn.Linear(in_dim, width),
+            nn.ReLU(),
+            nn.Linear(width, width),
+            nn.ReLU(),
+            nn.Linear(width, out_dim),
+        )
+
+
+def frozen_copy(module: nn.Module) -> nn.Module:
+    """A copy that never learns: no gradients. It keeps the local model's mode, so with
+    BatchNorm both normalize a pseudo batch by its own statistics (as the official code)."""
+    frozen = copy.deepcopy(module)
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+        p.grad = None
+    return frozen
+
+
+# --- the local objective ----------------------------------------------------------------
+
+
+def contrastive_loss(
+    local_pseudo: torch.Tensor,
+    global_pseudo: torch.Tensor,
+    local_real: torch.Tensor,
+    tau1: float,
+    tau2: float,
+) -> torch.Tensor:
+    """L_con (Eq. 5-7) on projected features, averaged over every (pseudo j, real k) pair.
+
+    -log f1 / (f1 + f2) = softplus(log f2 - log f1), computed in that stable form.
+    """
+    positive = F.cosine_similarity(local_pseudo, global_pseudo, dim=1) / tau1
+    negative = F.normalize(local_pseudo, dim=1) @ F.normalize(local_real, dim=1).T / tau2
+    return F.softplus(negative - positive[:, None]).mean()
+
+
+class LocalRound:
+    """One client's FedBR round: phi_g frozen at the round's start, one optimizer for the
+    features and classifier (min step), one ascending optimizer for P (max step)."""
+
+    def __init__(self, model: FedBRModel, config: FedBRConfig, fed: FederationSpec, lr: float):
+        self.model, self.config = model, config
+        self.global_features = frozen_copy(model.net.features)
+        self.net_params = list(model.net.parameters())
+        self.projection_params = list(model.projection.parameters())
+        sgd = {"lr": lr, "momentum": fed.momentum, "weight_decay": fed.weight_decay}
+        self.main = torch.optim.SGD(self.net_params, **sgd)
+        self.adversary = torch.optim.SGD(self.projection_params, maximize=True, **sgd)
+        self._global_cache: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def global_pseudo_features(self, x_pseudo: torch.Tensor) -> torch.Tensor:
+        """phi_g(x_p); computed once while the pseudo batch stays the same tensor."""
+        if self._global_cache is None or self._global_cache[0] is not x_pseudo:
+            with torch.no_grad():
+                self._global_cache = (x_pseudo, self.global_features(x_pseudo))
+        return self._global_cache[1]
+
+    def contrastive(
+        self, z_pseudo: torch.Tensor, z_global: torch.Tensor, z_real: torch.Tensor
+    ) -> torch.Tensor:
+        p, cfg = self.model.projection, self.config
+        return contrastive_loss(p(z_pseudo), p(z_global), p(z_real), cfg.tau1, cfg.tau2)
+
+    def max_step(
+        self, z_pseudo: torch.Tensor, z_global: torch.Tensor, z_real: torch.Tensor
+    ) -> None:
+        """P ascends L_con; the features are detached, so only P moves."""
+        loss = self.contrastive(z_pseudo.detach(), z_global, z_real.detach())
+        self.adversary.zero_grad(set_to_none=True)
+        loss.backward(inputs=self.projection_params)
+        self.adversary.step()
+
+    def min_loss(
+        self,
+        z: torch.Tensor,
+        y: torch.Tensor,
+        z_pseudo: torch.Tensor | None,
+        y_pseudo: torch.Tensor | None,
+        z_global: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the min-step objective, its real-data cross-entropy part)."""
+        cfg, head = self.config, self.model.net.head
+        ce = F.cross_entropy(head(z), y)
+        loss = ce
+        if cfg.debias_classifier:
+            loss = loss + cfg.lam * F.cross_entropy(head(z_pseudo), y_pseudo)
+        if cfg.debias_features:
+            loss = loss + cfg.mu * self.contrastive(z_pseudo, z_global, z)
+        return loss, ce
+
+    def min_step(
+        self,
+        z: torch.Tensor,
+        y: torch.Tensor,
+        z_pseudo: torch.Tensor | None,
+        y_pseudo: torch.Tensor | None,
+        z_global: torch.Tensor | None,
+    ) -> tuple[float, float]:
+        """Features and classifier descend `min_loss`; P is not moved."""
+        loss, ce = self.min_loss(z, y, z_pseudo, y_pseudo, z_global)
+        self.main.zero_grad(set_to_none=True)
+        loss.backward(inputs=self.net_params)
+        self.main.step()
+        return float(loss.detach()), float(ce.detach())
+
+    def step(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        x_pseudo: torch.Tensor | None,
+        y_pseudo: torch.Tensor | None,
+    ) -> tuple[float, float]:
+        """One local iteration (Algorithm 1, lines 7-10); returns (objective, real CE)."""
+        cfg, features = self.config, self.model.net.features
+        z = features(x)
+        z_pseudo = features(x_pseudo) if cfg.uses_pseudo else None
+        z_global = self.global_pseudo_features(x_pseudo) if cfg.debias_features else None
+        if cfg.debias_features and cfg.max_step:
+            self.max_step(z_pseudo, z_global, z)
+        return self.min_step(z, y, z_pseudo, y_pseudo, z_global)
+
+
+# --- the algorithm ----------------------------------------------------------------------
+
+
+class FedBR(Algorithm):
+    name = "fedbr"
+    Config = FedBRConfig
+
+    def __init__(self, config: FedBRConfig, setup: TrainSetup):
+        super().__init__(config, setup)
+        self._pseudo: tuple[int, torch.Tensor] | None = None  # (round, x) last sent
+
+    @classmethod
+    def plan(cls, spec: Spec) -> StageNode:
+        from fedhet.engine.train_stage import train_node
+
+        config = spec.algorithm
+        if not config.uses_pseudo:
+            return train_node(spec)
+        return train_node(spec, pseudo=pseudo_node(config.pseudo, spec))
+
+    def build_model(self) -> FedBRModel:
+        net = super().build_model()
+        cfg = self.config
+        head = projection_head(
+            net.feature_dim, cfg.projection_width, cfg.projection_dim, self.setup.spec.seed
+        )
+        return FedBRModel(net, head)
+
+    # --- server side: pseudo-data and its accounting --------------------------------------
+
+    def init_server_state(self, global_state: Tensors) -> Tensors:
+        return {"round": torch.zeros((), dtype=torch.int64)}
+
+    def download(self, server_state: Tensors) -> Tensors:
+        """The pseudo batch, counted when it is sent: round 0, or every round on refresh."""
+        rnd = int(server_state["round"])
+        if self.config.uses_pseudo and (rnd == 0 or self.config.pseudo.refresh == "round"):
+            return {"pseudo_x": self.pseudo_x(rnd)}
+        return {}
+
+    def aggregate(self, global_state, server_state, results, weights):
+        server_state["round"] += 1
+        return super().aggregate(global_state, server_state, results, weights)
+
+    def pseudo_x(self, rnd: int) -> torch.Tensor:
+        """The round's pseudo batch: the stored one, or with refresh a fresh draw per round."""
+        sent = rnd if self.config.pseudo.refresh == "round" else 0
+        if self._pseudo is None or self._pseudo[0] != sent:
+            self._pseudo = (sent, self._make_pseudo(sent).to(self.setup.device))
+        return self._pseudo[1]
+
+    def _make_pseudo(self, rnd: int) -> torch.Tensor:
+        if rnd == 0:
+            return load_pseudo(self.setup.extras["pseudo"])[0]
+        ps, spec = self.config.pseudo, self.setup.spec
+        pool = pools(ps.kind, [c.x for c in self.setup.clients], ps.proxy, spec)
+        size = ps.size or spec.federation.batch_size
+        gen = round_generator(spec.seed, rnd)
+        return draw(ps.kind, pool, size, ps.subset, self.setup.dataset.shape, gen).x
+
+    # --- client side ----------------------------------------------------------------------
+
+    def pseudo_batch(
+        self, job: ClientJob, gen: torch.Generator
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """This step's (x_p, soft labels): the shared batch, or mixed with local samples."""
+        if not self.config.uses_pseudo:
+            return None, None
+        x = self.pseudo_x(job.round)
+        classes = self.setup.dataset.num_classes
+        if self.config.pseudo.kind == "mixture":
+            return mix_with_local(
+                x, job.client.x, job.client.y, classes, self.config.pseudo.mix, gen
+            )
+        return x, uniform_labels(len(x), classes).to(x.device)
+
+    def client_update(self, job: ClientJob) -> ClientResult:
+        model = job.model
+        local = LocalRound(model, self.config, self.fed, job.lr)
+        mixing = torch_generator(self.setup.spec.seed, "fedbr-mix", job.round, job.client.id)
+        model.train()
+        total_ce, steps = 0.0, 0
+        for step, idx in enumerate(self.client_batches(job)):
+            x_pseudo, y_pseudo = self.pseudo_batch(job, mixing)
+            objective, ce = local.step(job.client.x[idx], job.client.y[idx], x_pseudo, y_pseudo)
+            if not math.isfinite(objective):
+                raise Divergence(step, objective)
+            total_ce += ce
+            steps += 1
+        stats = LocalStats(steps, total_ce / max(steps, 1))
+        return ClientResult(job.client.id, tensors.clone(model.state_dict()), job.client.n, stats)

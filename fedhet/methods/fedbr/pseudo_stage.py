@@ -1,0 +1,87 @@
+"""The `pseudo` stage: FedBR's pseudo-data batch, computed once and shared by every run with
+the same config.
+
+RSM averages clients' (feature-shifted) samples, so its key has the partition upstream;
+Mixture's stored part is the proxy dataset's RSM alone, independent of any partition.
+The artifact holds `x` (N x C x H x W), `y` (N x classes, uniform), and for checking,
+`source` (the pool each sample came from) and `members` (indices averaged within it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import zarr
+
+from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.core.rng import torch_generator
+from fedhet.core.spec import Spec
+from fedhet.data.datasets import load_dataset
+from fedhet.data.partition_stage import partition_node
+from fedhet.methods.fedbr.pseudo import PseudoSpec, draw, uniform_labels
+
+VERSION = 1
+
+
+def pseudo_config(pseudo: PseudoSpec, spec: Spec) -> dict:
+    """What determines the stored batch (mixing and refresh happen later, on the clients)."""
+    config = {
+        "kind": pseudo.kind,
+        "size": pseudo.size or spec.federation.batch_size,
+        "subset": pseudo.subset,
+        "seed": spec.seed,
+    }
+    if pseudo.kind == "mixture":
+        config |= {"proxy": pseudo.proxy, "dataset": spec.data.dataset}
+    return config
+
+
+def pseudo_node(pseudo: PseudoSpec, spec: Spec) -> StageNode:
+    config = pseudo_config(pseudo, spec)
+    upstream = {"partition": partition_node(spec)} if pseudo.kind == "rsm" else {}
+    return StageNode("pseudo", VERSION, config, upstream)
+
+
+def pools(
+    kind: str, client_x: list[torch.Tensor], proxy: str | None, spec: Spec
+) -> list[torch.Tensor]:
+    """What RSM averages: every client's data, or the proxy dataset as a single pool."""
+    if kind == "rsm":
+        return client_x
+    return [load_dataset(proxy, spec.data.root, spec.data.download).train_x]
+
+
+def round_generator(seed: int, rnd: int) -> torch.Generator:
+    """Round r's pseudo batch; the stored artifact is round 0's."""
+    return torch_generator(seed, "pseudo", rnd)
+
+
+@stage("pseudo")
+def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
+    from fedhet.engine.train_stage import build_setup
+
+    spec, config = ctx.spec, node.config
+    ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
+    client_x = []
+    if config["kind"] == "rsm":
+        setup = build_setup(spec, ctx.upstream(node, "partition"))
+        client_x = [c.x.cpu() for c in setup.clients]
+    means = draw(
+        config["kind"],
+        pools(config["kind"], client_x, config.get("proxy"), spec),
+        config["size"],
+        config["subset"],
+        ds.shape,
+        round_generator(config["seed"], 0),
+    )
+    out.create_array("x", data=means.x.numpy().astype(np.float32))
+    out.create_array("y", data=uniform_labels(len(means.x), ds.num_classes).numpy())
+    out.create_array("source", data=means.source.numpy().astype(np.int64))
+    out.create_array("members", data=means.members.numpy().astype(np.int64))
+
+
+def load_pseudo(group: zarr.Group) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, soft labels) of a stored pseudo batch."""
+    return torch.from_numpy(group["x"][...]), torch.from_numpy(group["y"][...])

@@ -1,0 +1,1 @@
+"""FedNova (Wang et al., 2020)."""

@@ -1,0 +1,1 @@
+"""FedProx (Li et al., 2020)."""

@@ -1,0 +1,29 @@
+"""FedProx: FedAvg with the proximal term mu/2 ||w - w_global||^2 in the local objective."""
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from fedhet.core.sections import AlgorithmSpec
+from fedhet.engine.algorithm import Algorithm, ClientJob
+
+
+class FedProx(Algorithm):
+    name = "fedprox"
+
+    accepts_objectives = True
+
+    class Config(AlgorithmSpec):
+        name: Literal["fedprox"] = "fedprox"
+        mu: float = Field(0.01, ge=0)
+
+    def local_loss(
+        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        loss = super().local_loss(job, model, x, y)
+        if self.config.mu == 0:
+            return loss
+        prox = sum(((p - job.global_state[n]) ** 2).sum() for n, p in model.named_parameters())
+        return loss + 0.5 * self.config.mu * prox

@@ -1,0 +1,265 @@
+"""FedTAN and the BatchNorm baselines it is compared with, as engine algorithms.
+
+- `fedtan`: the first local step of every round runs in lockstep across the round's clients
+  (`synchronized_gradients`, mode fedtan: BN statistics averaged layer by layer in the forward
+  pass, Eq. 39-40, and their gradients in the backward pass, Eq. 41); the remaining local steps
+  are ordinary local SGD; then FedAvg of all parameters and running statistics.
+- `fedavg_alg2`: the same with forward-only aggregation (the paper's "FedAvg+Algorithm 2").
+- `fedtan_ii`: FedTAN for the first M rounds, then the BN statistics are frozen (BN layers
+  normalize with the global running statistics, which no longer change) and plain FedAvg.
+- `fedbn`: BN layers (affine parameters and statistics) stay on the clients: never sent or averaged.
+- `silobn`: BN statistics stay on the clients; BN affine parameters are shared and averaged.
+
+FedAvg+BN, FedAvg+GN and centralized+BN need no code: `fedavg` / `centralized` with
+`model.norm: batch | group`. The paper's E (local updating steps, 5) counts SGD steps: use
+`federation.local_steps`.
+
+Communication: the synchronized step's extra traffic (values from `communication_cost`, 4 bytes
+each for float32 models, up and down per client) is added to the round's bytes_up/bytes_down,
+and its extra server round trips to the round's `comm_rounds` (1 + 3L for FedTAN).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+from typing import ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from fedhet.core.errors import InputError
+from fedhet.core.spec import AlgorithmSpec
+from fedhet.engine import tensors
+from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, Traffic, TrainSetup
+from fedhet.engine.tensors import Tensors
+from fedhet.methods.fedtan.sync_bn import Mode, SyncResult, bn_layers, synchronized_gradients
+
+
+def bn_state_names(model: nn.Module, parameters: bool, statistics: bool) -> frozenset[str]:
+    """State-dict names of the model's BN affine parameters and/or running statistics."""
+    names = set()
+    for prefix, layer in model.named_modules():
+        if not isinstance(layer, _BatchNorm):
+            continue
+        entries = [
+            *(layer.named_parameters(recurse=False) if parameters else []),
+            *(layer.named_buffers(recurse=False) if statistics else []),
+        ]
+        names.update(f"{prefix}.{name}" for name, _ in entries)
+    return frozenset(names)
+
+
+def freeze_batch_norm(model: nn.Module) -> None:
+    """Normalize with the running statistics and stop updating them (BN layers in eval mode)."""
+    for layer in bn_layers(model):
+        layer.eval()
+
+
+class _BatchNormAlgorithm(Algorithm):
+    """Shared by every algorithm here: the model must have BatchNorm layers."""
+
+    def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
+        super().__init__(config, setup)
+        if not bn_layers(self.build_model()):
+            raise InputError(
+                f"model.norm: {self.name} needs BatchNorm layers; set model.norm: batch"
+            )
+
+
+# --- FedTAN and forward-only aggregation -----------------------------------------------------
+
+
+class FedTAN(_BatchNormAlgorithm):
+    name = "fedtan"
+    mode: ClassVar[Mode] = "fedtan"
+
+    class Config(AlgorithmSpec):
+        name: Literal["fedtan"] = "fedtan"
+
+        def base_label(self) -> str:
+            return "FedTAN"
+
+    def synchronized_first_step(
+        self, round: int, model: nn.Module, jobs: list[ClientJob], weights: list[float]
+    ) -> Traffic:
+        model.train()
+        batches = [self.first_batch(job) for job in jobs]
+        result = synchronized_gradients(model, batches, weights, F.cross_entropy, self.mode)
+        statistics = tensors.clone(dict(model.named_buffers()))  # updated once, as for the union
+        for job, gradients, loss in zip(jobs, result.gradients, result.losses, strict=True):
+            job.first_step = _FirstStep(gradients, loss, statistics)
+        return synchronized_traffic(result, len(jobs), _element_size(model))
+
+    def first_batch(self, job: ClientJob) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first batch of the client's schedule, leaving its generator as it was."""
+        state = job.generator.get_state()
+        idx = next(iter(self.client_batches(job)))
+        job.generator.set_state(state)
+        return job.client.x[idx], job.client.y[idx]
+
+
+class FedAvgAlgorithm2(FedTAN):
+    """FedAvg whose first local step shares only the forward BN statistics (paper Algorithm 2)."""
+
+    name = "fedavg_alg2"
+    mode: ClassVar[Mode] = "forward_only"
+
+    class Config(AlgorithmSpec):
+        name: Literal["fedavg_alg2"] = "fedavg_alg2"
+
+        def base_label(self) -> str:
+            return "FedAvg+Algorithm 2"
+
+
+@dataclasses.dataclass
+class _FirstStep:
+    """A client's synchronized first step: set its gradients and BN running statistics."""
+
+    gradients: Tensors
+    loss: float
+    statistics: Tensors
+
+    def __call__(self, model: nn.Module) -> torch.Tensor:
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                buffer.copy_(self.statistics[name])
+        for name, param in model.named_parameters():
+            param.grad = self.gradients[name].clone()
+        return torch.tensor(self.loss)
+
+
+def synchronized_traffic(result: SyncResult, clients: int, element_size: int) -> Traffic:
+    """Each client uploads `values` numbers and receives as many; extra_rounds round trips."""
+    per_client = int(result.communication["values"]) * element_size
+    return Traffic(
+        bytes_up=clients * per_client,
+        bytes_down=clients * per_client,
+        rounds=int(result.communication["extra_rounds"]),
+    )
+
+
+def _element_size(model: nn.Module) -> int:
+    return next(model.parameters()).element_size()
+
+
+# --- FedTAN-II --------------------------------------------------------------------------------
+
+
+class FedTANII(FedTAN):
+    """FedTAN for `sync_rounds` rounds, then frozen BN statistics and plain FedAvg."""
+
+    name = "fedtan_ii"
+
+    class Config(AlgorithmSpec):
+        name: Literal["fedtan_ii"] = "fedtan_ii"
+        sync_rounds: int = Field(50, ge=1, description="M: FedTAN rounds before BN stats freeze")
+        frozen_lr_scale: float = Field(
+            0.1, gt=0, le=1, description="lr multiplier once frozen (paper, MNIST: 0.5 -> 0.05)"
+        )
+
+        def base_label(self) -> str:
+            return f"FedTAN-II (M={self.sync_rounds})"
+
+    def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
+        super().__init__(config, setup)
+        self.round = 0  # set by synchronized_first_step, which the engine calls first each round
+
+    def frozen(self, round: int) -> bool:
+        return round >= self.config.sync_rounds
+
+    @cached_property
+    def statistics_names(self) -> frozenset[str]:
+        return bn_state_names(self.build_model(), parameters=False, statistics=True)
+
+    def synchronized_first_step(
+        self, round: int, model: nn.Module, jobs: list[ClientJob], weights: list[float]
+    ) -> Traffic:
+        self.round = round
+        if self.frozen(round):
+            return Traffic()
+        return super().synchronized_first_step(round, model, jobs, weights)
+
+    def client_update(self, job: ClientJob) -> ClientResult:
+        if self.frozen(job.round):
+            job = dataclasses.replace(job, lr=job.lr * self.config.frozen_lr_scale)
+        return super().client_update(job)
+
+    def local_loss(
+        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        if self.frozen(job.round):
+            freeze_batch_norm(model)  # after local_sgd's model.train()
+        return super().local_loss(job, model, x, y)
+
+    def aggregate(self, global_state, server_state, results, weights):
+        averaged = super().aggregate(global_state, server_state, results, weights)
+        if self.frozen(self.round):  # exactly the frozen values, not an average of copies
+            averaged.update({n: global_state[n].clone() for n in self.statistics_names})
+        return averaged
+
+
+# --- FedBN and SiloBN -------------------------------------------------------------------------
+
+
+class _LocalBatchNorm(_BatchNormAlgorithm):
+    """BN state entries in `local_names` stay on each client (kept in its client_state)."""
+
+    local_parameters: ClassVar[bool]
+    personalized = True
+
+    @cached_property
+    def local_names(self) -> frozenset[str]:
+        return bn_state_names(self.build_model(), self.local_parameters, statistics=True)
+
+    def shared(self, state: Tensors) -> Tensors:
+        return {k: v for k, v in state.items() if k not in self.local_names}
+
+    def client_update(self, job: ClientJob) -> ClientResult:
+        if job.client_state:  # empty before the client's first round: it starts from the global
+            job.model.load_state_dict(job.client_state, strict=False)
+        result = super().client_update(job)
+        job.client_state.update({k: result.state[k] for k in self.local_names})
+        return result
+
+    def aggregate(self, global_state, server_state, results, weights):
+        """Average the shared entries; the server's copies of the local ones never change."""
+        averaged = tensors.weighted_average([self.shared(r.state) for r in results], weights)
+        return {k: averaged[k] if k in averaged else global_state[k] for k in global_state}
+
+    def evaluation_states(
+        self, global_state: Tensors, client_states: dict[int, Tensors]
+    ) -> list[Tensors]:
+        """Each client's model (global shared part + its local BN), as the paper evaluates."""
+        personal = [
+            {**global_state, **client_states[c]} for c in sorted(client_states) if client_states[c]
+        ]
+        return personal or [global_state]
+
+
+class FedBN(_LocalBatchNorm):
+    name = "fedbn"
+    local_parameters = True
+
+    class Config(AlgorithmSpec):
+        name: Literal["fedbn"] = "fedbn"
+
+        def base_label(self) -> str:
+            return "FedBN"
+
+
+class SiloBN(_LocalBatchNorm):
+    name = "silobn"
+    local_parameters = False
+
+    class Config(AlgorithmSpec):
+        name: Literal["silobn"] = "silobn"
+
+        def base_label(self) -> str:
+            return "SiloBN"
+
+
+FEDTAN_ALGORITHMS = (FedTAN, FedAvgAlgorithm2, FedTANII, FedBN, SiloBN)

@@ -1,0 +1,1 @@
+"""SCAFFOLD (Karimireddy et al., 2020)."""

@@ -1,0 +1,435 @@
+"""TCT's convexification: empirical-NTK features of a bootstrapped model.
+
+phi(x) = d f_1(x; theta_0) / d theta, the gradient of the FIRST output logit with respect to
+every trainable parameter (in `model.parameters()` order, flattened and concatenated), where
+theta_0 is the stage-1 model with its head re-initialized. Only `p` coordinates of phi are
+kept, chosen once by a seeded mask that every client and the test set share.
+
+Features are computed in eval mode (BatchNorm uses its running statistics), so a sample's
+feature does not depend on which other samples share its batch. That independence is what
+makes the batched computation exact: one forward and one backward pass of sum_b f_1(x_b)
+give, at every module, the sample's input a_b and output gradient delta_b, and a module's
+per-sample parameter gradient depends only on (a_b, delta_b). Linear and Conv2d layers then
+produce just the selected coordinates (sum over positions of delta[o] * a[r], never the full
+per-sample gradient, whose size is the cost on a CPU); any other module with parameters
+(norm layers, custom modules) gets torch.func's vmap(grad) of its own functional_call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, grad, vmap
+
+from fedhet.core.errors import InputError, RunError
+
+# Elements in one temporary product block of the Linear/Conv2d coordinate gather.
+_GATHER_BUDGET = 1 << 22
+
+
+def reinit_head(model: nn.Module, seed: int) -> None:
+    """Re-draw `model.head` (an nn.Linear) from PyTorch's default Linear init, seeded."""
+    head = getattr(model, "head", None)
+    if not isinstance(head, nn.Linear):
+        raise InputError(
+            "TCT needs a model whose last layer `head` is an nn.Linear; use a fedhet model"
+        )
+    generator = torch.Generator().manual_seed(seed)
+    bound = 1.0 / math.sqrt(head.in_features)
+    with torch.no_grad():
+        for param in (head.weight, head.bias):
+            if param is not None:
+                drawn = torch.empty(param.shape, dtype=param.dtype).uniform_(
+                    -bound, bound, generator=generator
+                )
+                param.copy_(drawn)
+
+
+def trainable_parameter_count(model: nn.Module) -> int:
+    """P, the length of the full eNTK feature (the flattened trainable parameters)."""
+    return sum(param.numel() for param in model.parameters() if param.requires_grad)
+
+
+def coordinate_mask(num_params: int, p: int, seed: int) -> Tensor:
+    """Sorted indices of `p` random coordinates of [0, num_params); all if p >= num_params."""
+    if p <= 0:
+        raise InputError(f"entk.p must be a positive number of coordinates, got {p}")
+    if num_params <= 0:
+        raise InputError(
+            f"the model has no trainable parameters to take eNTK features from ({num_params})"
+        )
+    if p >= num_params:
+        return torch.arange(num_params)
+    generator = torch.Generator().manual_seed(seed)
+    chosen = torch.randperm(num_params, generator=generator)[:p]
+    return torch.sort(chosen).values
+
+
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Put every submodule in eval mode, then restore each one's own previous mode."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def _model_tensor(model: nn.Module) -> Tensor:
+    """Any parameter, for the model's device and dtype."""
+    try:
+        return next(model.parameters())
+    except StopIteration:
+        raise InputError("the model has no parameters to take eNTK features from") from None
+
+
+def _check_coords(coords: Tensor, total: int) -> Tensor:
+    coords = coords.to(torch.long).cpu()
+    if coords.ndim != 1 or coords.numel() == 0:
+        raise InputError(
+            "entk coordinates must be a non-empty 1-D index tensor; use coordinate_mask"
+        )
+    if int(coords.min()) < 0 or int(coords.max()) >= total:
+        raise InputError(
+            f"entk coordinates must lie in [0, {total}); build them with coordinate_mask"
+        )
+    if bool((coords[1:] <= coords[:-1]).any()):
+        raise InputError(
+            "entk coordinates must be sorted and distinct; build them with coordinate_mask"
+        )
+    return coords
+
+
+# --- which selected coordinate lives where ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """The selected coordinates inside one parameter and the feature columns they fill."""
+
+    local_name: str  # the parameter's name inside its owning module
+    index: Tensor  # flat indices into the parameter
+    columns: slice  # where these coordinates go in the [N, p] feature matrix
+
+
+def _plan(model: nn.Module, coords: Tensor) -> dict[nn.Module, list[_Selection]]:
+    """Owning module -> its selected parameters, from the global coordinate mask."""
+    owners: dict[int, tuple[nn.Module, str]] = {}
+    for _, module in model.named_modules():
+        for local_name, param in module.named_parameters(recurse=False):
+            if id(param) in owners:
+                raise RunError("eNTK features do not support a parameter shared between modules")
+            owners[id(param)] = (module, local_name)
+    trainable = [param for param in model.parameters() if param.requires_grad]
+    coords = _check_coords(coords, sum(param.numel() for param in trainable))
+    plan: dict[nn.Module, list[_Selection]] = defaultdict(list)
+    offset, column = 0, 0
+    for param in trainable:
+        inside = coords[(coords >= offset) & (coords < offset + param.numel())] - offset
+        if inside.numel():
+            module, local_name = owners[id(param)]
+            columns = slice(column, column + inside.numel())
+            plan[module].append(_Selection(local_name, inside.to(param.device), columns))
+            column += inside.numel()
+        offset += param.numel()
+    return dict(plan)
+
+
+# --- per-sample gradients of one module call ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Factors:
+    """A Linear/Conv2d call's per-sample weight gradient in factored form.
+
+    grad[b, o * R + r] = sum_l delta[o, l, b] * rows(r)[l, b]: the output gradient times the
+    input values that weight (o, r) multiplied, summed over positions l. The batch is the
+    last, contiguous dimension, so gathering a row copies one contiguous block.
+    """
+
+    delta: Tensor  # [O, L, B], contiguous
+    rows: Callable[[Tensor], Tensor]  # input-row indices [k] -> [k, L, B]
+    row_count: int  # R
+
+    def weight(self, flat_index: Tensor) -> Tensor:
+        """[B, k] for k flat weight indices, in blocks of bounded memory."""
+        out_idx, in_idx = flat_index // self.row_count, flat_index % self.row_count
+        step = max(1, _GATHER_BUDGET // (self.delta.shape[1] * self.delta.shape[2]))
+        blocks = [
+            (
+                self.delta.index_select(0, out_idx[s : s + step]) * self.rows(in_idx[s : s + step])
+            ).sum(dim=1)
+            for s in range(0, flat_index.numel(), step)
+        ]
+        return torch.cat(blocks).T
+
+    def bias(self, index: Tensor) -> Tensor:
+        return self.delta.sum(dim=1).index_select(0, index).T
+
+
+def _batch_last(values: Tensor) -> Tensor:
+    """[B, ...] -> [..., B], contiguous."""
+    return values.permute(*range(1, values.ndim), 0).contiguous()
+
+
+def _linear_factors(linear: nn.Linear, x: Tensor, delta: Tensor) -> _Factors:
+    batch = x.shape[0]
+    act = _batch_last(x.reshape(batch, -1, linear.in_features).transpose(1, 2))
+    delta_rows = _batch_last(delta.reshape(batch, -1, linear.out_features).transpose(1, 2))
+    return _Factors(delta_rows, lambda r: act.index_select(0, r), linear.in_features)
+
+
+def _conv_factors(conv: nn.Conv2d, x: Tensor, delta: Tensor) -> _Factors:
+    """Rows gathered straight from the padded input: no im2col of the unselected rows."""
+    pad_h, pad_w = conv.padding
+    padded = _batch_last(F.pad(x, (pad_w, pad_w, pad_h, pad_h)).flatten(1))  # [C * H * W, B]
+    height, width = x.shape[2] + 2 * pad_h, x.shape[3] + 2 * pad_w
+    (kh, kw), (dh, dw), (sh, sw) = conv.kernel_size, conv.dilation, conv.stride
+    out_h, out_w = delta.shape[2], delta.shape[3]
+    device = x.device
+    # flat offset of the padded input that output position (h, w) reads at kernel tap (0, 0)
+    positions = (
+        torch.arange(out_h, device=device)[:, None] * (sh * width)
+        + torch.arange(out_w, device=device) * sw
+    ).flatten()
+
+    def rows(r: Tensor) -> Tensor:
+        channel, within = r // (kh * kw), r % (kh * kw)
+        start = channel * (height * width) + (within // kw) * (dh * width) + (within % kw) * dw
+        index = (start[:, None] + positions[None, :]).flatten()
+        return padded.index_select(0, index).view(r.numel(), positions.numel(), x.shape[0])
+
+    return _Factors(_batch_last(delta.flatten(2)), rows, conv.in_channels * kh * kw)
+
+
+def _factors(module: nn.Module, inputs: tuple[Any, ...], delta: Tensor) -> _Factors | None:
+    """The factored per-sample weight gradient of a Linear or plain Conv2d call, else None."""
+    if not inputs or not isinstance(inputs[0], Tensor):
+        return None
+    x = inputs[0].detach()
+    if type(module) is nn.Linear and x.ndim >= 2:
+        return _linear_factors(module, x, delta)
+    plain_conv = (
+        type(module) is nn.Conv2d
+        and module.groups == 1
+        and module.padding_mode == "zeros"
+        and not isinstance(module.padding, str)
+    )
+    if plain_conv and x.ndim == 4:
+        return _conv_factors(module, x, delta)
+    return None
+
+
+def _factored_gradients(factors: _Factors, selections: list[_Selection]) -> dict[str, Tensor]:
+    return {
+        s.local_name: factors.weight(s.index) if s.local_name == "weight" else factors.bias(s.index)
+        for s in selections
+    }
+
+
+def _vmapped_gradients(
+    module: nn.Module,
+    inputs: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    delta: Tensor,
+    selections: list[_Selection],
+) -> dict[str, Tensor]:
+    """Per-sample gradients of <module(a_b), delta_b> w.r.t. the module's own parameters."""
+    if not all(isinstance(item, Tensor) for item in inputs):
+        raise RunError(
+            f"eNTK features need tensor inputs to {type(module).__name__}, got non-tensor arguments"
+        )
+    params = {s.local_name: getattr(module, s.local_name).detach() for s in selections}
+
+    def weighted_output(
+        own: dict[str, Tensor], sample_inputs: tuple[Tensor, ...], sample_delta: Tensor
+    ) -> Tensor:
+        batched = tuple(item.unsqueeze(0) for item in sample_inputs)
+        output = functional_call(module, own, batched, kwargs)
+        return (output.squeeze(0) * sample_delta).sum()
+
+    detached = tuple(item.detach() for item in inputs)
+    per_sample = vmap(grad(weighted_output), in_dims=(None, 0, 0))(params, detached, delta)
+    return {s.local_name: per_sample[s.local_name].flatten(1)[:, s.index] for s in selections}
+
+
+# --- batched extraction -----------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    module: nn.Module
+    inputs: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    output: Tensor
+    version: int
+
+
+def _record_calls(
+    model: nn.Module, modules: list[nn.Module], x: Tensor
+) -> tuple[Tensor, list[_Call]]:
+    """Forward pass that records every call of the given modules."""
+    calls: list[_Call] = []
+
+    def record(
+        module: nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+    ) -> None:
+        if not isinstance(output, Tensor):
+            raise RunError(
+                f"eNTK features need single-tensor module outputs; {type(module).__name__} returns "
+                f"{type(output).__name__}"
+            )
+        calls.append(_Call(module, inputs, kwargs, output, output._version))
+
+    handles = [module.register_forward_hook(record, with_kwargs=True) for module in modules]
+    try:
+        logits = model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(call.output._version != call.version for call in calls):
+        raise RunError(
+            "eNTK features need out-of-place activations; the model changes a layer output in place"
+        )
+    return logits, calls
+
+
+def _features_of_chunk(
+    model: nn.Module, plan: dict[nn.Module, list[_Selection]], x: Tensor, p: int
+) -> Tensor:
+    with torch.enable_grad():
+        logits, calls = _record_calls(model, list(plan), x)
+        deltas = torch.autograd.grad(
+            logits[:, 0].sum(), [call.output for call in calls], allow_unused=True
+        )
+    features = torch.zeros(x.shape[0], p, dtype=logits.dtype, device=logits.device)
+    for call, delta in zip(calls, deltas, strict=True):
+        if delta is None:  # this call does not reach logit 0
+            continue
+        selections = plan[call.module]
+        factors = _factors(call.module, call.inputs, delta)
+        if factors is not None:
+            grads = _factored_gradients(factors, selections)
+        else:
+            grads = _vmapped_gradients(call.module, call.inputs, call.kwargs, delta, selections)
+        for selection in selections:
+            features[:, selection.columns] += grads[selection.local_name]
+    return features
+
+
+def iter_entk_chunks(model: nn.Module, x: Tensor, coords: Tensor, chunk: int) -> Iterator[Tensor]:
+    """Yield the features of x[i:i+chunk] for consecutive chunks, each [rows, p] on the CPU.
+
+    Peak memory is one chunk's activations plus its [rows, p] block (and, for parameterized
+    layers other than Linear and Conv2d, their per-sample gradients); it does not grow with
+    the number of samples. The model stays in eval mode until the iterator is exhausted.
+    """
+    if chunk <= 0:
+        raise InputError(f"entk.batch_size must be a positive number of samples, got {chunk}")
+    reference = _model_tensor(model)
+    plan = _plan(model, coords)
+    p = int(coords.numel())
+    with _eval_mode(model):
+        for start in range(0, x.shape[0], chunk):
+            block = x[start : start + chunk].to(device=reference.device, dtype=reference.dtype)
+            yield _features_of_chunk(model, plan, block, p).cpu()
+
+
+def entk_features(model: nn.Module, x: Tensor, coords: Tensor, batch_size: int = 64) -> Tensor:
+    """[N, p] eNTK features of the N inputs, computed batched in chunks of `batch_size`."""
+    blocks = list(iter_entk_chunks(model, x, coords, batch_size))
+    if not blocks:
+        return torch.empty(0, int(coords.numel()), dtype=_model_tensor(model).dtype)
+    return torch.cat(blocks)
+
+
+def entk_features_loop(model: nn.Module, x: Tensor, coords: Tensor) -> Tensor:
+    """The paper's reference (Algorithm 3): one forward and one backward pass per sample."""
+    params = [param for param in model.parameters() if param.requires_grad]
+    reference = _model_tensor(model)
+    index = _check_coords(coords, sum(param.numel() for param in params)).to(reference.device)
+    features = torch.empty(x.shape[0], index.numel(), dtype=reference.dtype)
+    with _eval_mode(model), torch.enable_grad():
+        for i in range(x.shape[0]):
+            logit = model(x[i : i + 1].to(device=reference.device, dtype=reference.dtype))[0, 0]
+            grads = torch.autograd.grad(logit, params, allow_unused=True)
+            flat = torch.cat(
+                [
+                    (g if g is not None else torch.zeros_like(q)).flatten()
+                    for g, q in zip(grads, params, strict=True)
+                ]
+            )
+            features[i] = flat[index].cpu()
+    return features
+
+
+# --- normalization round -----------------------------------------------------------------
+
+
+@dataclass
+class FeatureMoments:
+    """Streaming per-coordinate mean and (population) variance, accumulated in float64.
+
+    Each client accumulates its own features block by block; the server merges the clients'
+    moments (Chan et al.'s pairwise update) into the global mean/std used to standardize
+    every client's and the test set's features.
+    """
+
+    count: int
+    mean: Tensor
+    m2: Tensor  # sum of squared deviations from `mean`
+
+    @classmethod
+    def empty(cls, dim: int) -> FeatureMoments:
+        zeros = torch.zeros(dim, dtype=torch.float64)
+        return cls(0, zeros, zeros.clone())
+
+    @classmethod
+    def of(cls, block: Tensor) -> FeatureMoments:
+        if block.ndim != 2:
+            raise InputError(f"feature block must be [samples, p], got shape {tuple(block.shape)}")
+        values = block.detach().to(device="cpu", dtype=torch.float64)
+        if values.shape[0] == 0:
+            return cls.empty(values.shape[1])
+        mean = values.mean(dim=0)
+        return cls(values.shape[0], mean, ((values - mean) ** 2).sum(dim=0))
+
+    def merge(self, other: FeatureMoments) -> FeatureMoments:
+        """Moments of the union of both sample sets."""
+        if self.mean.shape != other.mean.shape:
+            raise InputError(
+                f"cannot merge feature moments of widths {self.mean.numel()}, {other.mean.numel()}"
+            )
+        total = self.count + other.count
+        if total == 0:
+            return FeatureMoments(0, self.mean.clone(), self.m2.clone())
+        delta = other.mean - self.mean
+        mean = self.mean + delta * (other.count / total)
+        m2 = self.m2 + other.m2 + delta**2 * (self.count * other.count / total)
+        return FeatureMoments(total, mean, m2)
+
+    def update(self, block: Tensor) -> None:
+        """Add a block of feature rows in place."""
+        merged = self.merge(FeatureMoments.of(block))
+        self.count, self.mean, self.m2 = merged.count, merged.mean, merged.m2
+
+    def std(self, floor: float = 1e-6) -> Tensor:
+        """Population standard deviation per coordinate, at least `floor` (constant columns)."""
+        if self.count == 0:
+            raise InputError("feature moments are empty: update them with at least one sample")
+        return torch.sqrt(self.m2 / self.count).clamp_min(floor)
+
+    def standardize(self, block: Tensor, floor: float = 1e-6) -> Tensor:
+        """(block - mean) / std, in the block's dtype."""
+        scaled = (block.detach().cpu().to(torch.float64) - self.mean) / self.std(floor)
+        return scaled.to(block.dtype)

@@ -1,0 +1,137 @@
+"""The `entk` stage (TCT's convexify step): eNTK features of all clients' samples and the test set.
+
+The bootstrapped model's head is re-initialized with a seed, and each sample's feature is
+the gradient of the first logit with respect to every trainable parameter, restricted to a
+seeded mask of p coordinates that train and test share (fedhet.methods.tct.entk). Features are
+streamed chunk by chunk into Zarr, so peak memory is bounded by `chunk`, not by the data.
+
+Artifact layout:
+    train/features [N, p]  every client's samples, client after client (`chunk` rows a chunk)
+    train/labels [N], train/offsets [K + 1]  client k owns rows offsets[k]:offsets[k + 1]
+    test/features [M, p], test/labels [M]
+    mask [p]      the kept coordinates of the flattened parameters
+    mean, std [p] the global per-coordinate statistics of the train features (the
+                  normalization round); attrs["normalization"] summarizes them
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import zarr
+from torch import Tensor, nn
+
+from fedhet.core.errors import RunError
+from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.core.rng import derive_seed
+from fedhet.core.spec import Spec
+from fedhet.engine import tensors
+from fedhet.engine.algorithm import TrainSetup
+from fedhet.engine.train_stage import build_setup
+from fedhet.methods.tct.algorithm import EntkSpec
+from fedhet.methods.tct.entk import (
+    FeatureMoments,
+    coordinate_mask,
+    iter_entk_chunks,
+    reinit_head,
+    trainable_parameter_count,
+)
+from fedhet.models import build_model
+
+VERSION = 1
+DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
+
+
+def entk_node(bootstrap: StageNode, config: EntkSpec) -> StageNode:
+    return StageNode("entk", VERSION, config.model_dump(mode="json"), {"bootstrap": bootstrap})
+
+
+def convexified_model(spec: Spec, setup: TrainSetup, bootstrap: zarr.Group, seed: int) -> nn.Module:
+    """theta_0 of the paper: the stage-1 model with its head re-drawn from `seed`."""
+    ds = setup.dataset
+    model = build_model(spec.model, ds.shape, ds.num_classes, spec.seed).to(setup.device)
+    model.load_state_dict(tensors.load(bootstrap["model"], "final", setup.device))
+    reinit_head(model, derive_seed(seed, "head"))
+    return model
+
+
+class FeatureWriter:
+    """Streams feature blocks into a [rows, p] Zarr array while accumulating their moments."""
+
+    def __init__(self, group: zarr.Group, name: str, rows: int, config: EntkSpec, p: int):
+        self.dtype = DTYPES[config.dtype]
+        self.array = group.create_array(
+            name,
+            shape=(rows, p),
+            chunks=(min(config.chunk, max(rows, 1)), p),
+            dtype=str(self.dtype).removeprefix("torch."),
+        )
+        self.moments = FeatureMoments.empty(p)
+        self.rows_written = 0
+
+    def write(self, block: Tensor) -> None:
+        stored = block.to(self.dtype)
+        if not bool(torch.isfinite(stored).all()):
+            raise RunError(
+                f"eNTK features of rows {self.rows_written}..{self.rows_written + len(block)} are "
+                f"not finite in {self.dtype}; set algorithm.entk.dtype: fp32"
+            )
+        start = self.rows_written
+        self.array[start : start + len(stored)] = stored.numpy()
+        self.moments.update(stored)
+        self.rows_written += len(stored)
+
+
+def _write_labels(group: zarr.Group, name: str, labels: list[Tensor]) -> None:
+    values = torch.cat(labels).cpu().numpy().astype(np.int64)
+    group.create_array(name, data=values)
+
+
+def normalization_summary(moments: FeatureMoments, floor: float = 1e-6) -> dict[str, float | int]:
+    std = moments.std(floor)
+    return {
+        "samples": moments.count,
+        "mean_abs_max": float(moments.mean.abs().max()),
+        "std_min": float(std.min()),
+        "std_median": float(std.median()),
+        "std_max": float(std.max()),
+        "constant_coordinates": int((std <= floor).sum()),
+    }
+
+
+@stage("entk")
+def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
+    spec, config = ctx.spec, EntkSpec.model_validate(node.config)
+    partition = node.upstream["bootstrap"].upstream["partition"]
+    setup = build_setup(spec, ctx.store.open("partition", partition.key))
+    model = convexified_model(spec, setup, ctx.upstream(node, "bootstrap"), config.seed)
+    num_params = trainable_parameter_count(model)
+    coords = coordinate_mask(num_params, config.subsample, derive_seed(config.seed, "mask"))
+    p = int(coords.numel())
+    ds = setup.dataset
+
+    sizes = setup.sizes
+    train = FeatureWriter(out, "train/features", sum(sizes), config, p)
+    for client in setup.clients:
+        for block in iter_entk_chunks(model, client.x, coords, config.chunk):
+            train.write(block)
+    test = FeatureWriter(out, "test/features", len(ds.test_y), config, p)
+    for block in iter_entk_chunks(model, ds.test_x, coords, config.chunk):
+        test.write(block)
+
+    _write_labels(out, "train/labels", [c.y for c in setup.clients])
+    out.create_array("train/offsets", data=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+    _write_labels(out, "test/labels", [ds.test_y])
+    out.create_array("mask", data=coords.numpy().astype(np.int64))
+    out.create_array("mean", data=train.moments.mean.numpy())
+    out.create_array("std", data=train.moments.std().numpy())
+    out.attrs.update(
+        {
+            "num_classes": ds.num_classes,
+            "parameters": num_params,
+            "p": p,
+            "normalization": normalization_summary(train.moments),
+        }
+    )

@@ -1,0 +1,170 @@
+"""The `regress` stage (TCT stage 2): federated least squares on the normalized eNTK features.
+
+Every client standardizes its features with the global mean and std of the `entk` artifact,
+targets are one-hot minus 1/C, and (W, b) is fitted with fedhet.methods.tct.regression.solve.
+
+The artifact has the metrics of a train artifact over TCT's whole run, T1 + T2 rounds, so
+that reports compare it round for round, byte for byte and second for second with baselines
+run for T1 + T2 rounds. The first T1 rows are stage 1's costs (bytes_up, bytes_down,
+comm_rounds, wall_time copied from the bootstrap artifact) with every quality metric NaN:
+TCT's predictor exists only from stage 2 on. Each stage-2 row holds
+    test_accuracy, train_accuracy   argmax of W^T z + b on the test set / all clients' samples
+    test_loss, train_loss           the squared loss 1/(2n) sum ||W^T z + b - y||^2
+    divergence                      NaN (the local models stay inside the solver)
+    bytes_up, bytes_down            W and b per client and direction (the one-model SCAFFOLD
+                                    sends nothing else); round 1 adds the normalization round
+    comm_rounds                     1, and 2 in round 1 (the normalization round)
+    wall_time                       seconds per round, evaluation included; round 1 also counts
+                                    the eNTK extraction and loading the features
+The fitted model is in linear/weight [p, C] and linear/bias [C].
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import zarr
+from torch import Tensor
+
+from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.engine.loop import METRICS, write_metrics
+from fedhet.methods.tct.algorithm import Stage2Spec
+from fedhet.methods.tct.regression import centered_one_hot, solve
+from fedhet.metrics.summary import summarize
+
+VERSION = 1
+BYTES_PER_VALUE = 4  # the solver works in float32
+STAGE1_COSTS = ("bytes_up", "bytes_down", "comm_rounds", "wall_time")
+METRIC_NAMES = (*METRICS, "train_accuracy")
+
+
+def regress_node(entk: StageNode, config: Stage2Spec) -> StageNode:
+    return StageNode("regress", VERSION, config.model_dump(mode="json"), {"entk": entk})
+
+
+@dataclass
+class Split:
+    """Standardized features, centred one-hot targets and labels of some samples."""
+
+    features: Tensor
+    targets: Tensor
+    labels: Tensor
+
+
+def standardized(array: zarr.Array, start: int, stop: int, mean: Tensor, std: Tensor) -> Tensor:
+    rows = torch.from_numpy(np.asarray(array[start:stop])).to(torch.float32)
+    return (rows - mean) / std
+
+
+def load_splits(entk: zarr.Group) -> tuple[list[Split], Split]:
+    """Each client's split and the test split, read from an entk artifact."""
+    mean = torch.from_numpy(entk["mean"][:]).to(torch.float32)
+    std = torch.from_numpy(entk["std"][:]).to(torch.float32)
+    classes = int(entk.attrs["num_classes"])
+
+    def split(prefix: str, start: int, stop: int) -> Split:
+        labels = torch.from_numpy(entk[f"{prefix}/labels"][start:stop])
+        features = standardized(entk[f"{prefix}/features"], start, stop, mean, std)
+        return Split(features, centered_one_hot(labels, classes), labels)
+
+    offsets = entk["train/offsets"][:].tolist()
+    clients = [split("train", a, b) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    return clients, split("test", 0, entk["test/labels"].shape[0])
+
+
+def fit_quality(splits: list[Split], weight: Tensor, bias: Tensor) -> tuple[float, float]:
+    """(accuracy, squared loss 1/(2n) sum ||W^T z + b - y||^2) over the union of `splits`."""
+    correct, squared, count = 0, 0.0, 0
+    for s in splits:
+        scores = s.features @ weight + bias
+        correct += int((scores.argmax(dim=1) == s.labels).sum())
+        squared += float((scores - s.targets).square().sum())
+        count += len(s.labels)
+    return correct / count, squared / (2 * count)
+
+
+def stage1_rows(bootstrap_metrics: zarr.Group) -> dict[str, list[float]]:
+    """Stage 1's per-round costs, NaN for every quality metric."""
+    rounds = bootstrap_metrics["wall_time"].shape[0]
+    return {
+        name: bootstrap_metrics[name][:].tolist()
+        if name in STAGE1_COSTS and name in bootstrap_metrics
+        else [math.nan] * rounds
+        for name in METRIC_NAMES
+    }
+
+
+@dataclass
+class History:
+    """Per-round metrics of stage 2, filled by the solver's round callback."""
+
+    clients: list[Split]
+    test: Split
+    bytes_per_round: float
+    normalization_bytes: float
+    last: float  # when the current round's clock started
+    metrics: dict[str, list[float]] = field(
+        default_factory=lambda: {name: [] for name in METRIC_NAMES}
+    )
+
+    def record(self, round_number: int, weight: Tensor, bias: Tensor) -> None:
+        train_accuracy, train_loss = fit_quality(self.clients, weight, bias)
+        test_accuracy, test_loss = fit_quality([self.test], weight, bias)
+        first = round_number == 1
+        now = time.perf_counter()
+        row = {
+            "test_accuracy": test_accuracy,
+            "test_loss": test_loss,
+            "train_loss": train_loss,
+            "train_accuracy": train_accuracy,
+            "bytes_up": self.bytes_per_round + (self.normalization_bytes if first else 0.0),
+            "bytes_down": self.bytes_per_round + (self.normalization_bytes if first else 0.0),
+            "comm_rounds": 2.0 if first else 1.0,
+            "wall_time": now - self.last,
+        }
+        self.last = now
+        for name, values in self.metrics.items():
+            values.append(row.get(name, math.nan))
+
+
+@stage("regress")
+def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
+    started = time.perf_counter()
+    config = Stage2Spec.model_validate(node.config)
+    entk = ctx.upstream(node, "entk")
+    bootstrap = ctx.upstream(node.upstream["entk"], "bootstrap")
+    if ctx.spec.runtime.threads:
+        torch.set_num_threads(ctx.spec.runtime.threads)
+    clients, test = load_splits(entk)
+    p, classes = clients[0].features.shape[1], clients[0].targets.shape[1]
+    history = History(
+        clients,
+        test,
+        bytes_per_round=len(clients) * (p + 1) * classes * BYTES_PER_VALUE,
+        normalization_bytes=len(clients) * (entk["mean"].nbytes + entk["std"].nbytes),
+        last=started - float(entk.attrs["wall_time_s"]),  # round 1 includes the extraction
+    )
+    result = solve(
+        [(c.features, c.targets) for c in clients],
+        config.algorithm,
+        config.rounds,
+        config.local_steps,
+        config.lr,
+        on_round=history.record,
+    )
+    stage1 = stage1_rows(bootstrap["metrics"])
+    metrics = {name: stage1[name] + history.metrics[name] for name in METRIC_NAMES}
+    write_metrics(out, metrics)
+    out.create_array("linear/weight", data=result.weight.numpy())
+    out.create_array("linear/bias", data=result.bias.numpy())
+    out.attrs.update(
+        {
+            "stage1_rounds": len(stage1["wall_time"]),
+            "summary": summarize(metrics, ctx.spec.eval.target_accuracy),
+        }
+    )

@@ -1,0 +1,245 @@
+"""TCT stage 2: federated linear regression on standardized eNTK features.
+
+The model predicts W^T z + b with W [p, C] and b [C]. Internally the parameters are one
+matrix psi = [W; b] of shape [p + 1, C], the bias being the weight of a constant feature 1,
+so Zhat_k = [Z_k, 1]. Client k's loss, with n_k samples and targets Y_k (one-hot minus 1/C):
+
+    L_k(psi) = 1 / (2 n_k) * || Zhat_k psi - Y_k ||_F^2
+    grad L_k(psi) = Zhat_k^T (Zhat_k psi - Y_k) / n_k
+
+and the global objective is L = sum_k w_k L_k with w_k = n_k / n unless weights are given
+(normalized to sum 1). The paper's Eq. (1) writes L_k without the 1/2; its authors' code
+steps with Z^T (Z W - Y) / n_k, i.e. the gradient of this L_k, and the paper's stage-2
+learning rate (5e-5) is meant for this scaling.
+
+Algorithms (every round starts from the server model psi_t, psi_0 = 0, all clients take part):
+- scaffold: the paper's one-model SCAFFOLD (Appendix A, Algorithm 1). Client k runs M
+  full-batch steps psi <- psi - lr * (grad L_k(psi) - h_k); the server averages the local
+  models with weights w_k; then every client updates its control
+  h_k <- h_k + (psi_{t+1} - psihat_k) / (M * lr), which keeps sum_k w_k h_k = 0.
+  (Algorithm 1 applies this update when round t+1 begins; under full participation it is the
+  same thing.)
+- fedavg: the same without controls.
+- gd: centralized full-batch gradient descent on the weighted union, M steps per round.
+
+A full-batch step costs O(n_k p C) from the features, or O(p^2 C) from the client's Gram
+statistics Zhat^T Zhat / n_k and Zhat^T Y / n_k, computed once; each client uses whichever
+is cheaper over the whole run. Both give the same iterates up to rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from fedhet.core.errors import InputError, RunError
+
+Algorithm = Literal["scaffold", "fedavg", "gd"]
+StepForm = Literal["auto", "gram", "explicit"]
+RoundCallback = Callable[[int, Tensor, Tensor], None]
+
+
+@dataclass(frozen=True)
+class RegressionResult:
+    """The fitted model and the run's history."""
+
+    weight: Tensor  # W [p, C]
+    bias: Tensor  # b [C]
+    train_loss: list[float]  # global objective L at the server model after each round
+    controls: list[Tensor] | None  # scaffold: each client's h_k [p + 1, C] after the last round
+
+
+def centered_one_hot(labels: Tensor, num_classes: int) -> Tensor:
+    """Stage-2 targets: one-hot labels minus 1/C, as float32 [n, C]."""
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+        raise InputError(f"labels must lie in [0, {num_classes}) for {num_classes} classes")
+    one_hot = torch.nn.functional.one_hot(labels.to(torch.long), num_classes).to(torch.float32)
+    return one_hot - 1.0 / num_classes
+
+
+def predict(features: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """Predicted labels argmax_j (W^T z + b)_j for each row z of `features`."""
+    return (features.to(weight.dtype) @ weight + bias).argmax(dim=1)
+
+
+class _ClientProblem:
+    """One client's least-squares loss and its full-batch gradient, in the cheaper form."""
+
+    def __init__(self, features: Tensor, targets: Tensor, use_gram: bool) -> None:
+        self.features, self.targets = features, targets
+        self.count = features.shape[0]
+        self.gram: Tensor | None = None
+        self.moment: Tensor | None = None
+        if use_gram:
+            with_bias = torch.cat([features, features.new_ones(self.count, 1)], dim=1)
+            self.gram = with_bias.T @ with_bias / self.count
+            self.moment = with_bias.T @ targets / self.count
+
+    def residual(self, psi: Tensor) -> Tensor:
+        return self.features @ psi[:-1] + psi[-1] - self.targets
+
+    def gradient(self, psi: Tensor) -> Tensor:
+        if self.gram is not None and self.moment is not None:
+            return self.gram @ psi - self.moment
+        residual = self.residual(psi)
+        return (
+            torch.cat([self.features.T @ residual, residual.sum(dim=0, keepdim=True)]) / self.count
+        )
+
+    def loss(self, psi: Tensor) -> float:
+        # Always from the residual: the Gram form would cancel catastrophically near a zero loss.
+        return float(self.residual(psi).square().sum()) / (2 * self.count)
+
+
+def _gram_is_cheaper(count: int, dim: int, classes: int, steps: int) -> bool:
+    """Gram: n d^2 once, then d^2 C per step. Explicit: 2 n d C per step."""
+    return count * dim * dim + steps * dim * dim * classes < steps * 2 * count * dim * classes
+
+
+def _validated_clients(
+    clients: list[tuple[Tensor, Tensor]],
+) -> tuple[list[tuple[Tensor, Tensor]], torch.dtype]:
+    if not clients:
+        raise InputError("stage-2 regression needs at least one client")
+    dims = {
+        (z.shape[1] if z.ndim == 2 else -1, y.shape[1] if y.ndim == 2 else -1) for z, y in clients
+    }
+    if len(dims) != 1 or -1 in next(iter(dims)):
+        raise InputError(
+            "every client's features must be [n_k, p] and targets [n_k, C] with the same p and C"
+        )
+    for k, (z, y) in enumerate(clients):
+        if z.shape[0] != y.shape[0] or z.shape[0] == 0:
+            raise InputError(
+                f"client {k} has {z.shape[0]} feature rows and {y.shape[0]} target rows; "
+                "they must be equal and at least 1"
+            )
+    dtype = torch.float64 if any(z.dtype == torch.float64 for z, _ in clients) else torch.float32
+    return [(z.to(dtype), y.to(dtype)) for z, y in clients], dtype
+
+
+def _normalized_weights(weights: list[float] | None, counts: list[int]) -> list[float]:
+    if weights is None:
+        weights = [float(n) for n in counts]
+    if len(weights) != len(counts):
+        raise InputError(
+            f"stage-2 weights must give one value per client ({len(counts)}), got {len(weights)}"
+        )
+    if any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
+        raise InputError("stage-2 weights must be finite, non-negative and not all zero")
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def _check_schedule(algorithm: str, rounds: int, local_steps: int, lr: float) -> None:
+    if algorithm not in ("scaffold", "fedavg", "gd"):
+        raise InputError(f"stage-2 algorithm must be scaffold, fedavg or gd, got {algorithm!r}")
+    if rounds < 1 or local_steps < 1:
+        raise InputError(
+            f"stage-2 rounds and local_steps must be >= 1, got {rounds} and {local_steps}"
+        )
+    if not (math.isfinite(lr) and lr > 0):
+        raise InputError(f"stage-2 lr must be a positive number, got {lr}")
+
+
+def _descend(
+    problem: _ClientProblem, start: Tensor, correction: Tensor, steps: int, lr: float
+) -> Tensor:
+    """`steps` full-batch corrected steps: psi -= lr * (grad L_k(psi) - h_k)."""
+    psi = start.clone()
+    for _ in range(steps):
+        psi -= lr * (problem.gradient(psi) - correction)
+    return psi
+
+
+def _weighted_sum(tensors: list[Tensor], weights: list[float]) -> Tensor:
+    total = torch.zeros_like(tensors[0])
+    for tensor, weight in zip(tensors, weights, strict=True):
+        total += weight * tensor
+    return total
+
+
+def solve(
+    clients: list[tuple[Tensor, Tensor]],
+    algorithm: Algorithm = "scaffold",
+    rounds: int = 100,
+    local_steps: int = 500,
+    lr: float = 5e-5,
+    weights: list[float] | None = None,
+    on_round: RoundCallback | None = None,
+    step_form: StepForm = "auto",
+) -> RegressionResult:
+    """Fit W, b on the clients' (Z_k [n_k, p], Y_k [n_k, C]) with the chosen federated algorithm.
+
+    `on_round(t, W, b)` is called after each round t = 1..rounds with views of the server
+    model (do not modify them). `step_form` forces the Gram or explicit gradient (tests);
+    "auto" picks the cheaper per client. Raises RunError naming the round whose loss is not
+    finite.
+    """
+    _check_schedule(algorithm, rounds, local_steps, lr)
+    clients, dtype = _validated_clients(clients)
+    counts = [z.shape[0] for z, _ in clients]
+    shares = _normalized_weights(weights, counts)
+    dim, classes = clients[0][0].shape[1] + 1, clients[0][1].shape[1]
+    steps = rounds * local_steps
+    problems = [
+        _ClientProblem(
+            z,
+            y,
+            step_form == "gram"
+            or (step_form == "auto" and _gram_is_cheaper(n, dim, classes, steps)),
+        )
+        for (z, y), n in zip(clients, counts, strict=True)
+    ]
+    psi = torch.zeros(dim, classes, dtype=dtype)
+    controls = [torch.zeros_like(psi) for _ in problems]
+    losses: list[float] = []
+    for round_number in range(1, rounds + 1):
+        if algorithm == "gd":
+            for _ in range(local_steps):
+                psi = psi - lr * _weighted_sum(
+                    [problem.gradient(psi) for problem in problems], shares
+                )
+        else:
+            local_models = [
+                _descend(problem, psi, h, local_steps, lr)
+                for problem, h in zip(problems, controls, strict=True)
+            ]
+            psi = _weighted_sum(local_models, shares)
+            if algorithm == "scaffold":
+                for h, local in zip(controls, local_models, strict=True):
+                    h += (psi - local) / (local_steps * lr)
+        loss = sum(
+            share * problem.loss(psi) for share, problem in zip(shares, problems, strict=True)
+        )
+        if not math.isfinite(loss):
+            raise RunError(
+                f"stage-2 {algorithm} diverged at round {round_number}: training loss is {loss}; "
+                f"lower the stage-2 lr (now {lr})"
+            )
+        losses.append(loss)
+        if on_round is not None:
+            on_round(round_number, psi[:-1], psi[-1])
+    return RegressionResult(
+        psi[:-1], psi[-1], losses, controls if algorithm == "scaffold" else None
+    )
+
+
+def lstsq_loss(clients: list[tuple[Tensor, Tensor]], weights: list[float] | None = None) -> float:
+    """The minimum of sum_k w_k L_k, by a direct (rank-revealing) least-squares solve in float64."""
+    clients, _ = _validated_clients(clients)
+    shares = _normalized_weights(weights, [z.shape[0] for z, _ in clients])
+    rows, targets = [], []
+    for (z, y), share in zip(clients, shares, strict=True):
+        scale = math.sqrt(share / (2 * z.shape[0]))
+        with_bias = torch.cat([z, z.new_ones(z.shape[0], 1)], dim=1).to(torch.float64)
+        rows.append(scale * with_bias)
+        targets.append(scale * y.to(torch.float64))
+    design, stacked = torch.cat(rows), torch.cat(targets)
+    solution = torch.linalg.lstsq(design, stacked, driver="gelsd").solution
+    return float((design @ solution - stacked).square().sum())

@@ -1,0 +1,1 @@
+"""Reports: paper-style tables, plots and evaluation of stored runs."""
