@@ -24,7 +24,7 @@ lock:
 	$(PYTHON) -m venv .lockenv
 	.lockenv/bin/pip install --quiet pip-tools
 	.lockenv/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
-		--extra dev -o requirements.lock pyproject.toml
+		--extra dev --extra ray -o requirements.lock pyproject.toml
 
 test: install
 	$(BIN)/pytest
