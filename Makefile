@@ -43,6 +43,7 @@ $(REPORTS): report-%: install
 bench: install
 	$(BIN)/python -m benchmarks.engine_overhead
 	$(BIN)/python -m benchmarks.entk_speed
+	$(BIN)/python -m benchmarks.stage2_speed
 
 clean:
 	rm -rf $(VENV) .lockenv artifacts .pytest_cache

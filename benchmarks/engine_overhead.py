@@ -33,12 +33,12 @@ import torch.nn.functional as F
 
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.core.spec import Spec, parse_spec
+from fedhet.data.clients import ClientData
 from fedhet.data.datasets import Dataset, load_dataset
 from fedhet.data.partition import make_partition
-from fedhet.engine.algorithm import TrainSetup
-from fedhet.engine.local import ClientData
+from fedhet.engine.algorithm import make_algorithm
 from fedhet.engine.loop import Checkpoints, Engine, evaluate
-from fedhet.engine.train_stage import make_algorithm
+from fedhet.engine.setup import TrainSetup
 from fedhet.models import build_model, num_parameters
 
 TARGET_RATIO = 1.15

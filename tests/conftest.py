@@ -101,7 +101,7 @@ SERVER_HASH_SEED = "2"
 
 @pytest.fixture(scope="session")
 def fedhet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRunner]:
-    """`fedhet(*args, store=None, env=None) -> CliResult`, each call in a forked child process."""
+    """`fedhet(*args, store=None, env=None, cwd=REPO) -> CliResult`, each in a forked child."""
     work = tmp_path_factory.mktemp("fedhet-cli")
     server_log = work / "server.log"
     with open(server_log, "w") as log:
@@ -116,13 +116,18 @@ def fedhet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRunner]:
         )
     calls, timeout = iter(range(1_000_000)), 300
 
-    def run(*args: Any, store: Path | None = None, env: dict[str, str] | None = None) -> CliResult:
+    def run(
+        *args: Any,
+        store: Path | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path = REPO,
+    ) -> CliResult:
         call = next(calls)
         stdout, stderr = work / f"{call}.out", work / f"{call}.err"
         request = {
             "args": [str(a) for a in args],
             "env": env or cli_env(store),
-            "cwd": str(REPO),
+            "cwd": str(cwd),
             "stdout": str(stdout),
             "stderr": str(stderr),
         }

@@ -12,12 +12,13 @@ import torch.nn.functional as F
 
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import parse_spec
+from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
-from fedhet.engine.algorithm import TrainSetup
-from fedhet.engine.local import ClientData, effective_steps
+from fedhet.engine.algorithm import make_algorithm
+from fedhet.engine.local import effective_steps
 from fedhet.engine.loop import Checkpoints, Engine, RunState, evaluate
-from fedhet.engine.train_stage import make_algorithm
+from fedhet.engine.setup import TrainSetup
 from fedhet.methods.fedavg.algorithm import FedAvg
 from fedhet.models import build_model
 
@@ -213,6 +214,54 @@ def test_scaffold_client_control_is_the_clients_gradient(tmp_path, momentum):
             assert float(error.norm() / param.grad.norm()) < 0.01, (client.id, name)
 
 
+ONE_CLIENT_TWO_STEPS = {
+    "partition": {"scheme": "iid", "clients": 1},
+    "model": {"arch": "mlp", "hidden": []},
+    "federation": {"rounds": 1, "batch_size": 2000, "lr": 1e-5, "local_steps": 2, "momentum": 0.9},
+}
+
+
+@pytest.mark.parametrize(
+    ("correction", "steps_of_correction"),
+    [("gradient", 1 + 1.9), ("after_step", 2.0)],  # momentum 0.9 amplifies only the first
+)
+def test_scaffold_correction_forms_under_momentum(tmp_path, correction, steps_of_correction):
+    """Two full-batch steps at a tiny lr (the gradient stays put) from a server control c = 0.5:
+    the gradient form moves the parameters by lr (1 + 1.9)(c - c_i) more than FedAvg (momentum
+    carries the first correction into the second step), the authors' after-step form by 2 lr."""
+    final = {}
+    algorithms = {"fedavg": {}, "scaffold": {"correction": correction}}
+    for name, options in algorithms.items():
+        setup = make_setup({"name": name, **options}, **ONE_CLIENT_TWO_STEPS)
+        engine = make_engine(setup, tmp_path / name)
+        state = engine.initial_state()
+        for value in state.server_state.values():
+            value.fill_(0.5)
+        engine.run_round(0, state)
+        final[name] = flat(state.global_state)
+    shift = final["fedavg"] - final["scaffold"]
+    expected = torch.full_like(shift, 1e-5 * steps_of_correction * 0.5)
+    assert float((shift - expected).abs().max() / expected[0]) < 1e-3
+
+
+def test_scaffold_after_step_estimates_c_i_over_k_lr_as_the_authors(tmp_path):
+    """The authors' c_i+ = c_i - c + (x - y_i) / (K lr): under momentum it is the gradient times
+    the momentum's displacement factor a / K (fedhet's default form divides by a instead)."""
+    setup = make_setup({"name": "scaffold", "correction": "after_step"}, **ONE_CLIENT_TWO_STEPS)
+    engine = make_engine(setup, tmp_path)
+    state = engine.initial_state()
+    start = {k: v.clone() for k, v in state.global_state.items()}
+    engine.run_round(0, state)
+    engine.model.load_state_dict(start)
+    engine.model.zero_grad()
+    client = setup.clients[0]
+    F.cross_entropy(engine.model(client.x), client.y).backward()
+    factor = effective_steps(2, 0.9) / 2
+    for name, param in engine.model.named_parameters():
+        error = state.client_states[0][name] - factor * param.grad
+        assert float(error.norm() / param.grad.norm()) < 0.01, name  # float32 displacement
+
+
 def test_scaffold_beats_fedavg_on_convex_one_class_per_client(tmp_path):
     """Multinomial logistic regression, each client one class, no momentum: client drift
     stalls FedAvg; SCAFFOLD's corrections remove it (Karimireddy et al., 2020)."""
@@ -232,7 +281,7 @@ def test_scaffold_beats_fedavg_on_convex_one_class_per_client(tmp_path):
 
 
 def test_an_algorithm_revision_changes_only_its_own_keys(monkeypatch):
-    from fedhet.engine.train_stage import train_node
+    from fedhet.engine.train_plan import train_node
     from fedhet.methods.scaffold.algorithm import Scaffold
 
     def key(name: str) -> str:

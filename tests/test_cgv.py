@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from fedhet.core.errors import InputError
 from fedhet.core.spec import ModelSpec
-from fedhet.engine.local import ClientData
+from fedhet.data.clients import ClientData
 from fedhet.metrics.cgv import client_gradient_variance
 from fedhet.models import build_model
 

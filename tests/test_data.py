@@ -6,8 +6,8 @@ import pytest
 import torch
 from torchvision.transforms import functional as tvf
 
-from fedhet.data import datasets as data
 from fedhet.core.errors import InputError
+from fedhet.data import datasets as data
 from fedhet.data.datasets import dataset_names, load_dataset, rotate
 
 torch.set_num_threads(1)

@@ -15,13 +15,13 @@ import torch.nn.functional as F
 from fedhet.core.errors import RunError
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec, parse_spec
+from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import Algorithm, TrainSetup
-from fedhet.engine.local import ClientData
+from fedhet.engine.algorithm import Algorithm, make_algorithm
 from fedhet.engine.loop import Checkpoints, Engine, RunState, sample_clients
-from fedhet.engine.train_stage import make_algorithm
+from fedhet.engine.setup import TrainSetup
 from fedhet.methods.centralized.algorithm import Centralized
 from fedhet.methods.fedavg.algorithm import FedAvg
 from fedhet.methods.scaffold.algorithm import Scaffold
@@ -268,6 +268,30 @@ def test_the_same_spec_gives_bit_identical_runs(tmp_path):
     assert_states_equal(first.global_state, second.global_state)
     other = make_engine(make_setup(**{**RESUMABLE, "seed": 4}), tmp_path / "c").run()
     assert comparable(other.metrics) != comparable(first.metrics)
+
+
+class LastToFirst:
+    """A client executor that trains the round's clients in reverse order (results in order)."""
+
+    def __init__(self):
+        self.rounds: list[list[int]] = []
+
+    def map(self, fn, jobs):
+        self.rounds.append([job.client.id for job in jobs])
+        return [fn(job) for job in reversed(jobs)][::-1]
+
+
+def test_results_do_not_depend_on_the_order_the_executor_trains_clients_in(tmp_path):
+    sequential = make_engine(make_setup(**RESUMABLE), tmp_path / "a").run()
+    executor = LastToFirst()
+    reordered = make_engine(make_setup(**RESUMABLE), tmp_path / "b", executor=executor).run()
+    assert len(executor.rounds) == RESUMABLE["federation"]["rounds"]
+    assert all(len(clients) == 3 for clients in executor.rounds)  # every round went through it
+    assert comparable(reordered.metrics) == comparable(sequential.metrics)
+    assert_states_equal(reordered.global_state, sequential.global_state)
+    assert_states_equal(reordered.server_state, sequential.server_state)
+    for cid, controls in sequential.client_states.items():
+        assert_states_equal(reordered.client_states[cid], controls)
 
 
 class Interrupt(Exception):

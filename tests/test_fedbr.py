@@ -15,7 +15,7 @@ from fedhet.core.spec import FederationSpec, ModelSpec, parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.engine.algorithm import ClientJob
 from fedhet.engine.loop import Checkpoints, Engine
-from fedhet.engine.train_stage import build_setup
+from fedhet.engine.setup import build_setup
 from fedhet.methods.fedbr.algorithm import (
     FedBR,
     FedBRConfig,
@@ -336,7 +336,7 @@ def test_resume_from_a_checkpoint_equals_an_uninterrupted_run(tmp_path):
 def test_rotated_partition_rotates_the_test_set_like_the_clients(tmp_path):
     """Test image i is rotated by client (i mod K)'s angle; the key says so."""
     from fedhet.data.datasets import load_dataset, rotate
-    from fedhet.engine.train_stage import train_config
+    from fedhet.engine.train_plan import train_config
 
     spec = make_spec()
     setup = setup_with_pseudo(spec, tmp_path)

@@ -13,15 +13,15 @@ from conftest import TINY_SPEC, write_spec
 
 from fedhet.cli import main
 from fedhet.core.spec import ModelSpec, parse_spec
+from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import TrainSetup
-from fedhet.engine.local import ClientData
 from fedhet.engine.loop import Checkpoints, Engine, sample_clients
-from fedhet.methods.fedimpro.algorithm import MEAN, VAR, resolve_split
+from fedhet.engine.setup import TrainSetup
+from fedhet.methods.fedimpro.algorithm import MEAN, VAR, FedImpro, resolve_split
 from fedhet.methods.fedimpro.dissimilarity import decoupled_cgv
-from fedhet.methods.fedimpro.objective import decoupled_loss, parameter_groups
+from fedhet.methods.fedimpro.objective import decoupled_loss, official_loss, parameter_groups
 from fedhet.methods.fedimpro.statistics import (
     add_noise,
     aggregate_statistics,
@@ -200,6 +200,28 @@ def test_low_level_gradient_is_the_plain_one_and_sampled_features_get_none():
         assert torch.allclose(params[name].grad, expected, rtol=1e-5, atol=1e-7), name
 
 
+def test_official_objective_adds_the_weighted_sampled_gradient_to_the_plain_one():
+    model = small_cnn()
+    low, high = model.split("conv2")
+    params = dict(model.named_parameters())
+    x, y = torch.randn(6, 1, 8, 8, generator=gen(1)), torch.tensor([0, 1, 2, 0, 1, 2])
+    sampled = torch.randn(4, 8, 2, 2, generator=gen(2), requires_grad=True)
+    sampled_labels = torch.tensor([3, 4, 5, 6])
+
+    def grads(loss_fn):
+        model.zero_grad()
+        loss_fn().backward()
+        return {n: p.grad.clone() if p.grad is not None else 0 for n, p in params.items()}
+
+    plain = grads(lambda: F.cross_entropy(model(x), y))
+    fake = grads(lambda: F.cross_entropy(high(sampled.detach()), sampled_labels))
+    official = grads(lambda: official_loss(high, low(x), y, sampled, sampled_labels, 0.3))
+    assert sampled.grad is None
+    for name in params:
+        expected = plain[name] + 0.3 * fake[name]  # fake is 0 on the low-level part
+        assert torch.allclose(official[name], expected, rtol=1e-5, atol=1e-7), name
+
+
 # --- the algorithm in the engine ---------------------------------------------------------
 
 
@@ -229,6 +251,27 @@ def make_engine(algorithm: dict, folder, rounds: int = 2) -> Engine:
     setup = digits_setup(algorithm, rounds)
     algo = algorithms()[algorithm["name"]](setup.spec.algorithm, setup)
     return Engine(algo, setup, Checkpoints(folder, setup.device), checkpoint_every=1)
+
+
+def test_defaults_are_the_authors_objective_ramp_and_std_clip():
+    config = digits_setup({"name": "fedimpro"}).spec.algorithm
+    assert (config.objective, config.weight, config.std_clip) == ("official", 1.0, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("options", "rounds", "expected"),
+    [
+        ({}, 40, [0.0, 0.05, 1.0, 1.95]),  # 1 at half the run, as 500 of the authors' 1000
+        ({"ramp_rounds": 500}, 40, [0.0, 0.002, 0.04, 0.078]),  # the authors' form as is
+        ({"ramp": 0.25, "weight": 0.5}, 40, [0.0, 0.05, 1.0, 1.95]),
+        ({"ramp": 0}, 40, [1.0, 1.0, 1.0, 1.0]),
+    ],
+)
+def test_sampled_weight_rises_linearly_and_uncapped(options, rounds, expected):
+    setup = digits_setup({"name": "fedimpro", **options}, rounds)
+    algo = FedImpro(setup.spec.algorithm, setup)
+    got = [algo.sampled_weight(t) for t in (0, 1, rounds // 2, rounds - 1)]
+    assert got == pytest.approx(expected)
 
 
 def test_weight_zero_is_exactly_fedavg(tmp_path):
@@ -333,6 +376,19 @@ def test_theorem_4_2_high_level_cgv_shrinks_by_n2_over_n_plus_nhat_squared(
     measured = report["fedimpro_high"] / report["plain_high"]
     assert measured == pytest.approx(report["theorem_high_factor"], rel=0.05)
     assert report["fedimpro_total"] < report["plain_total"]
+
+
+def test_official_objective_leaves_the_high_level_cgv_about_unchanged(trained_digits_model):
+    # Theorem 4.2's shrinkage is a property of the mixture objective. CE(real) + CE(sampled)
+    # adds to every client's high-level gradient nearly the same sampled-feature gradient
+    # (the Gaussian is shared; only the draws differ), so the variance across clients stays.
+    model, clients = trained_digits_model
+    for ratio in (1.0, 3.0):
+        report = decoupled_cgv(
+            model, clients, "conv2", num_classes=10, ratio=ratio, seed=1, objective="official"
+        )
+        assert report["fedimpro_low"] == pytest.approx(report["plain_low"], rel=1e-6)
+        assert report["fedimpro_high"] / report["plain_high"] == pytest.approx(1.0, abs=0.05)
 
 
 def test_theorem_4_2_is_exact_when_every_client_gets_the_same_sampled_features(

@@ -18,12 +18,13 @@ from torch import Tensor, nn
 from fedhet.core.errors import InputError
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import parse_spec
+from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import TrainSetup
-from fedhet.engine.local import ClientData, batch_schedule
+from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import METRICS, Checkpoints, Engine, RunState, evaluate
+from fedhet.engine.setup import TrainSetup
 from fedhet.methods.fedtan.algorithms import bn_state_names
 
 torch.set_num_threads(1)

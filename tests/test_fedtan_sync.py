@@ -11,7 +11,11 @@ from torch import Tensor, nn
 
 from fedhet.core.errors import InputError, RunError
 from fedhet.core.spec import ModelSpec
-from fedhet.methods.fedtan import bn_layers, communication_cost, synchronized_gradients
+from fedhet.methods.fedtan.sync_bn import (
+    bn_layers,
+    communication_cost,
+    synchronized_gradients,
+)
 from fedhet.models import build_model
 
 torch.set_num_threads(1)

@@ -157,3 +157,32 @@ def test_spec_file_and_its_filled_in_dump_give_the_same_keys(tmp_path: Path):
     path = write_spec(tmp_path / "tiny.yaml", BASE)
     dumped = load_spec(path).model_dump(mode="json")
     assert keys_of(dumped) == keys_of(BASE)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "scaffold"])
+def test_revision_zero_adds_nothing_to_the_train_key_and_a_revision_changes_it(monkeypatch, name):
+    """Keys from before revisions existed stay valid: revision 0 leaves the train config exactly
+    as it was (no `algorithm_revision` entry); revision r > 0 adds it, and so changes the key."""
+    from fedhet.core import registry
+    from fedhet.engine.train_plan import train_node
+
+    spec = parse_spec({**TINY_SPEC, "algorithm": {"name": name}})
+    unrevised = {
+        "seed": spec.seed,
+        "model": spec.model.model_dump(mode="json"),
+        "federation": spec.federation.model_dump(mode="json"),
+        "algorithm": spec.algorithm.model_dump(mode="json"),
+        "eval_every": spec.eval.every,
+    }
+    monkeypatch.setattr(registry.algorithm(name), "revision", 0)
+    node = train_node(spec)
+    partition_key = node.upstream["partition"].key
+    assert node.key == stage_key("train", node.version, unrevised, {"partition": partition_key})
+    keys = {node.key}
+    for revision in (1, 2):
+        monkeypatch.setattr(registry.algorithm(name), "revision", revision)
+        revised = train_node(spec)
+        assert revised.config == {**unrevised, "algorithm_revision": revision}
+        assert revised.upstream["partition"].key == partition_key
+        keys.add(revised.key)
+    assert len(keys) == 3

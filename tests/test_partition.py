@@ -1,3 +1,4 @@
+import hashlib
 import time
 
 import numpy as np
@@ -8,6 +9,7 @@ from hypothesis import strategies as st
 from fedhet.core.errors import InputError
 from fedhet.core.spec import (
     ClassesPartition,
+    ClientDirichletPartition,
     DirichletPartition,
     IIDPartition,
     QuantityPartition,
@@ -38,7 +40,8 @@ def covering_specs(draw, labels_size):
     if scheme == "iid":
         return IIDPartition(clients=clients)
     if scheme == "dirichlet":
-        return DirichletPartition(clients=clients, alpha=alpha, min_samples=min_samples)
+        cap = draw(st.booleans())
+        return DirichletPartition(clients=clients, alpha=alpha, min_samples=min_samples, cap=cap)
     if scheme == "quantity":
         return QuantityPartition(clients=clients, alpha=alpha, min_samples=min_samples)
     if scheme == "rotation":
@@ -202,6 +205,7 @@ ALL_SPECS = [
     SubsetPartition(clients=7, minor_samples=2),
     QuantityPartition(clients=7, alpha=0.5),
     RotationPartition(clients=7),
+    ClientDirichletPartition(clients=7, alpha=0.3),
 ]
 
 
@@ -230,6 +234,7 @@ def test_min_samples_is_honoured(clients, alpha, fill, seed):
     min_samples = int(fill * 300 // clients)
     for spec in (
         DirichletPartition(clients=clients, alpha=alpha, min_samples=min_samples),
+        DirichletPartition(clients=clients, alpha=alpha, min_samples=min_samples, cap=True),
         QuantityPartition(clients=clients, alpha=alpha, min_samples=min_samples),
     ):
         partition = make_partition(spec, labels, 5, seed)
@@ -245,15 +250,88 @@ def test_min_samples_beyond_the_data_is_an_input_error():
         make_partition(QuantityPartition(clients=101, min_samples=1), labels, 2, 0)
 
 
-def test_tiny_alpha_with_many_clients_finishes_fast():
+@pytest.mark.parametrize(
+    "spec",
+    [
+        DirichletPartition(clients=1000, alpha=0.001, min_samples=20),
+        DirichletPartition(clients=1000, alpha=0.001, min_samples=10, cap=True),
+        ClientDirichletPartition(clients=1000, alpha=0.001),
+    ],
+    ids=["dirichlet", "dirichlet-cap", "client_dirichlet"],
+)
+def test_tiny_alpha_with_many_clients_finishes_fast(spec):
     labels = np.random.default_rng(0).permutation(balanced_labels())
-    spec = DirichletPartition(clients=1000, alpha=0.001, min_samples=20)
     start = time.perf_counter()
     partition = make_partition(spec, labels, 10, seed=0)
     elapsed = time.perf_counter() - start
     assert elapsed < 2.0
-    assert partition.histogram.sum(axis=1).min() >= 20
+    assert partition.histogram.sum(axis=1).min() >= getattr(spec, "min_samples", 60)
     assert partition.histogram.sum() == 60_000
+
+
+# sha256 prefixes of partitions made by the code before `cap` and `client_dirichlet` existed:
+# the default dirichlet (and quantity, which shares its draws) must stay bit-identical.
+UNCHANGED_PARTITIONS = [
+    (DirichletPartition(clients=10, alpha=0.1), "1a2f0a61f2509db2"),
+    (DirichletPartition(clients=50, alpha=0.05, min_samples=10), "7141b705b26f224b"),
+    (QuantityPartition(clients=8, alpha=0.5), "38004321488cd723"),
+]
+
+
+@pytest.mark.parametrize(("spec", "digest"), UNCHANGED_PARTITIONS)
+def test_default_dirichlet_partitions_are_unchanged(spec, digest):
+    labels = np.random.default_rng(5).integers(0, 10, 3000)
+    partition = make_partition(spec, labels, 10, 7)
+    h = hashlib.sha256()
+    for indices in partition.client_indices:
+        h.update(indices.tobytes())
+        h.update(b"|")
+    assert h.hexdigest()[:16] == digest
+
+
+@FAST
+@given(
+    clients=st.integers(1, 40),
+    alpha=st.sampled_from([1e-3, 0.1, 1.0, 100.0]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_capped_dirichlet_gives_no_class_to_a_client_already_full(clients, alpha, seed):
+    labels = np.random.default_rng(seed).integers(0, 6, size=400)
+    spec = DirichletPartition(clients=clients, alpha=alpha, cap=True)
+    histogram = make_partition(spec, labels, 6, seed).histogram
+    held_before = np.cumsum(histogram, axis=1) - histogram  # classes are dealt in label order
+    assert np.all(held_before[histogram > 0] < 400 / clients)
+    assert histogram.sum() == 400
+
+
+@FAST
+@given(
+    labelled=label_arrays(min_size=1, max_size=400),
+    clients=st.integers(1, 50),
+    alpha=st.sampled_from([1e-3, 0.1, 1.0, 100.0]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_client_dirichlet_gives_every_client_n_over_k_distinct_samples(
+    labelled, clients, alpha, seed
+):
+    labels, num_classes = labelled
+    spec = ClientDirichletPartition(clients=clients, alpha=alpha)
+    partition = make_partition(spec, labels, num_classes, seed)
+    assert_consistent(partition, labels, num_classes)
+    assert [len(i) for i in partition.client_indices] == [len(labels) // clients] * clients
+    everything = np.concatenate(partition.client_indices)
+    assert len(np.unique(everything)) == len(everything), "no sample held twice"
+
+
+def test_client_dirichlet_is_label_skewed_and_drops_exhausted_classes():
+    labels = np.random.default_rng(0).permutation(balanced_labels())
+    spec = ClientDirichletPartition(clients=100, alpha=0.1)
+    histogram = make_partition(spec, labels, 10, seed=3).histogram
+    shares = histogram.max(axis=1) / histogram.sum(axis=1)
+    assert np.median(shares) > 0.7  # mostly one or two classes per client
+    # every sample is used (N/K divides N), so the clients that came last had to take the
+    # classes the others left, whatever their own q_k: the class totals are exact
+    np.testing.assert_array_equal(histogram.sum(axis=0), np.full(10, 6000))
 
 
 @FAST

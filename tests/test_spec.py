@@ -24,7 +24,7 @@ from fedhet.core.spec import Spec, expand, json_schema, load_spec, parse_spec
 from fedhet.runs import runs_of
 
 QUICKSTART = REPO / "specs" / "quickstart.yaml"
-SCHEMES = ["iid", "dirichlet", "classes", "subset", "quantity", "rotation"]
+SCHEMES = ["iid", "dirichlet", "classes", "subset", "quantity", "rotation", "client_dirichlet"]
 
 
 def with_value(data: dict, dotted: str, value: Any) -> dict:

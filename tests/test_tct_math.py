@@ -331,8 +331,9 @@ def test_gd_is_full_batch_descent_on_the_union() -> None:
     clients = _clustered_clients(sizes=(12, 30, 18, 20))
     union = [(torch.cat([z for z, _ in clients]), torch.cat([y for _, y in clients]))]
     lr = _stable_lr(clients)
-    split = solve(clients, "gd", rounds=4, local_steps=10, lr=lr, step_form="explicit")
-    pooled = solve(union, "gd", rounds=4, local_steps=10, lr=lr, step_form="explicit")
+    options = {"rounds": 4, "local_steps": 10, "lr": lr, "solver": "explicit"}
+    split = solve(clients, "gd", step_form="explicit", **options)
+    pooled = solve(union, "gd", step_form="explicit", **options)
     assert torch.allclose(split.weight, pooled.weight, rtol=1e-10, atol=1e-12)
     assert split.train_loss == pytest.approx(pooled.train_loss, rel=1e-10)
 
@@ -342,7 +343,9 @@ def test_gram_steps_equal_explicit_steps(algorithm: str) -> None:
     clients = _clustered_clients(sizes=(8, 40, 15, 25), dim=12)
     lr = _stable_lr(clients)
     runs = {
-        form: solve(clients, algorithm, rounds=3, local_steps=15, lr=lr, step_form=form)
+        form: solve(
+            clients, algorithm, rounds=3, local_steps=15, lr=lr, solver="explicit", step_form=form
+        )
         for form in ("gram", "explicit", "auto")
     }
     for form in ("gram", "auto"):

@@ -18,9 +18,10 @@ from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec, parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.data.datasets import load_dataset
-from fedhet.engine.algorithm import Algorithm, ClientJob
+from fedhet.engine.algorithm import Algorithm, ClientJob, make_algorithm
 from fedhet.engine.loop import evaluate
-from fedhet.engine.train_stage import build_setup, make_algorithm
+from fedhet.engine.setup import build_setup
+from fedhet.methods.vhl.augment import crop_and_flip
 from fedhet.methods.vhl.virtual_stage import NATURAL_DATA, load_virtual
 from fedhet.runs import execute, runs_of
 
@@ -251,6 +252,40 @@ def test_scaffold_with_vhl_still_applies_the_control_correction(store):
         after[name] = algorithm.client_update(the_job).state
     for name in control:  # one SGD step: w_scaffold = w_fedavg - lr * (c - c_i), c_i = 0
         torch.testing.assert_close(after["scaffold"][name], after["fedavg"][name] - 0.05)
+
+
+def reference_crop_and_flip(images: torch.Tensor, offsets, flips, padding: int = 4):
+    """Image by image: zero-pad, take the H x W window at the offset, mirror if flipped."""
+    height, width = images.shape[2:]
+    out = []
+    for image, (dy, dx), flip in zip(images, offsets, flips, strict=True):
+        window = F.pad(image, (padding,) * 4)[:, dy : dy + height, dx : dx + width]
+        out.append(window.flip(-1) if flip else window)
+    return torch.stack(out)
+
+
+def test_crop_and_flip_shifts_and_mirrors_each_image_by_its_own_draw():
+    images = torch.randn(64, 2, 6, 5, generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(1)
+    offsets = torch.randint(0, 9, (2, 64), generator=generator).T.tolist()
+    flips = (torch.rand(64, generator=generator) < 0.5).tolist()
+    out = crop_and_flip(images, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(out, reference_crop_and_flip(images, offsets, flips), rtol=0, atol=0)
+    assert 0 < sum(flips) < 64 and len({tuple(o) for o in offsets}) > 20
+
+
+@pytest.mark.parametrize("augment", [True, False])
+def test_virtual_batches_are_augmented_at_every_draw_unless_turned_off(store, augment):
+    algorithm = make(spec_with(vhl(augment=augment)), store)
+    objective = algorithm.objective
+    x_v, y_v = objective.virtual_batch(200, torch_generator(0, "test"))
+    idx = torch.randint(len(objective.labels), (200,), generator=torch_generator(0, "test"))
+    torch.testing.assert_close(y_v, objective.labels[idx])
+    identical = (x_v == objective.images[idx]).flatten(1).all(1)
+    if augment:  # unshifted and unflipped with probability 1/162
+        assert identical.float().mean() < 0.05
+    else:
+        assert identical.all()
 
 
 def test_vfa_calibrates_against_class_balanced_gaussian_features(store):

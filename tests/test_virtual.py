@@ -10,15 +10,9 @@ from PIL import Image
 from sklearn.linear_model import LogisticRegression
 
 from fedhet.core.errors import InputError
-from fedhet.methods.vhl import (
-    StyleGAN2Config,
-    StyleGAN2Generator,
-    generate,
-    save_grid,
-    supcon_loss,
-    vhl_calibration_loss,
-)
-from fedhet.methods.vhl.stylegan2 import ModulatedConv2d
+from fedhet.methods.vhl.generators import generate, save_grid
+from fedhet.methods.vhl.stylegan2 import ModulatedConv2d, StyleGAN2Config, StyleGAN2Generator
+from fedhet.methods.vhl.supcon import supcon_loss, vhl_calibration_loss
 
 torch.set_num_threads(1)
 
@@ -83,8 +77,10 @@ def _linear_probe_accuracy(images: torch.Tensor, labels: torch.Tensor) -> float:
     [((3, 32, 32), 32), ((1, 28, 28), 64)],  # the latter: specs/vhl_fmnist.yaml
 )
 def test_stylegan2_virtual_classes_are_linearly_separable(shape, channels):
+    # Without noise injection (the official untrained generator) only the style means
+    # separate the classes: 0.92 measured at 28 x 28 (0.95+ with noise_strength 1).
     images, labels = generate("stylegan2", 10, 40, shape, seed=0, channels=channels)
-    assert _linear_probe_accuracy(images, labels) >= 0.95
+    assert _linear_probe_accuracy(images, labels) >= 0.9
 
 
 @pytest.mark.parametrize("kind", ["noise", "conv"])
@@ -301,3 +297,12 @@ def test_calibration_pairs_real_class_c_with_virtual_class_c():
     loss_matched = vhl_calibration_loss(matched, real_labels, virtual, virtual_labels)
     loss_mismatched = vhl_calibration_loss(mismatched, real_labels, virtual, virtual_labels)
     assert loss_matched < loss_mismatched - 1.0
+
+
+def test_noise_has_no_effect_by_default_as_in_the_official_untrained_generator():
+    network = StyleGAN2Generator(StyleGAN2Config(channels=8), seed=0)
+    z = torch.randn(2, 64, generator=torch.Generator().manual_seed(0))
+    zeros = [torch.zeros(2, 1, h, w) for h, w in network.noise_shapes()]
+    ones = [torch.ones(2, 1, h, w) for h, w in network.noise_shapes()]
+    with torch.no_grad():
+        torch.testing.assert_close(network(z, ones), network(z, zeros))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -15,8 +16,9 @@ from rich.table import Table
 
 from fedhet import __version__
 from fedhet.cli import crash, signals
+from fedhet.cli.output import Column, Format, show
 from fedhet.core.errors import DivergedError, FedhetError, InputError, Interrupted, RunError
-from fedhet.core.spec import Spec, load_spec
+from fedhet.core.spec import Spec, expand, load_spec
 from fedhet.core.store import ArtifactStore
 
 app = typer.Typer(
@@ -54,7 +56,7 @@ app.add_typer(artifacts_app, name="artifacts")
 out = Console()
 err = Console(stderr=True)
 
-SpecPath = Annotated[Path, typer.Argument(help="YAML experiment spec")]
+SpecPath = Annotated[Path, typer.Argument(help="YAML experiment spec", metavar="SPEC")]
 StoreOpt = Annotated[
     Path | None,
     typer.Option("--store", help="artifact store (default: FEDHET_STORE or ./artifacts)"),
@@ -65,8 +67,21 @@ DataRootOpt = Annotated[
 ]
 
 
-def _load(path: Path, data_root: Path | None = None) -> Spec:
-    spec = load_spec(path)
+OverridesArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="overrides PATH=VALUE, VALUE in YAML: federation.rounds=100 'matrix.seed=[0,1]'",
+        metavar="[PATH=VALUE]...",
+        show_default=False,
+    ),
+]
+FormatOpt = Annotated[
+    Format, typer.Option("--format", help="table | markdown | csv | json", show_default=False)
+]
+
+
+def _load(path: Path, data_root: Path | None = None, overrides: list[str] | None = None) -> Spec:
+    spec = load_spec(path, overrides or ())
     if data_root is not None:
         spec = spec.model_copy(
             update={"data": spec.data.model_copy(update={"root": str(data_root)})}
@@ -92,28 +107,32 @@ def _table(rows: list[dict], columns: list[str], title: str | None = None) -> Ta
 # --- spec -------------------------------------------------------------------------------
 
 
-@spec_app.command("validate")
-def spec_validate(path: SpecPath) -> None:
-    """Check a spec; exit 2 with a one-line message naming the field when it is invalid."""
-    spec = _load(path)  # before the heavy imports, so a bad spec fails fast
-    from fedhet.runs import runs_of
+def _example(*commands: str) -> str:
+    """A command's --help epilog: the example lines, kept as written."""
+    return "Example:\n\n" + "\n\n".join(f"  $ {c}" for c in commands)
 
-    runs = runs_of(spec)
+
+@spec_app.command("validate", epilog=_example("fedhet spec validate specs/quickstart.yaml"))
+def spec_validate(path: SpecPath, overrides: OverridesArg = None) -> None:
+    """Check a spec; exit 2 with a one-line message naming the field when it is invalid."""
+    spec = _load(path, overrides=overrides)
+    runs = expand(spec)  # no planning: validating imports no method code (and no torch)
     out.print(f"{path}: valid ({len(runs)} run{'s' if len(runs) != 1 else ''})")
 
 
-@spec_app.command("show")
-def spec_show(path: SpecPath) -> None:
-    """Print the spec with every default filled in, and the model's split points."""
+@spec_app.command("show", epilog=_example("fedhet spec show specs/quickstart.yaml model.arch=mlp"))
+def spec_show(path: SpecPath, overrides: OverridesArg = None) -> None:
+    """Print the spec with every default filled in (only the fields that apply to the chosen
+    model and partition), and the model's split points."""
     import yaml
 
+    from fedhet.core.spec import applicable_dump
     from fedhet.data.datasets import load_dataset
     from fedhet.models import build_model
 
-    spec = _load(path)
+    spec = _load(path, overrides=overrides)
     # plain print: rich would wrap long lines and break the YAML
-    filled = spec.model_dump(mode="json", exclude_none=True, serialize_as_any=True)
-    print(yaml.safe_dump(filled, sort_keys=False))
+    print(yaml.safe_dump(applicable_dump(spec), sort_keys=False))
     try:
         ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
     except InputError:
@@ -122,20 +141,19 @@ def spec_show(path: SpecPath) -> None:
     out.print(f"# model split points: {', '.join(model.split_points())}")
 
 
-@spec_app.command("hash")
-def spec_hash(path: SpecPath) -> None:
+@spec_app.command("hash", epilog=_example("fedhet spec hash specs/quickstart.yaml seed=1"))
+def spec_hash(path: SpecPath, overrides: OverridesArg = None) -> None:
     """Print every stage's key for every run of the spec."""
-    spec = _load(path)
+    spec = _load(path, overrides=overrides)
     from fedhet.runs import runs_of
 
     for run in runs_of(spec):  # plain print: one unwrapped line per key, for scripts
-        label = ", ".join(f"{k}={v}" for k, v in run.axes.items()) or run.spec.name
-        print(f"# {label}")
+        print(f"# {run.label}")
         for node in run.node.walk():
             print(f"{node.stage:10s} {node.key}")
 
 
-@spec_app.command("schema")
+@spec_app.command("schema", epilog=_example("fedhet spec schema > spec.schema.json"))
 def spec_schema() -> None:
     """Print the JSON Schema of specs (for editor completion and checking)."""
     from fedhet.core.spec import json_schema
@@ -146,42 +164,68 @@ def spec_schema() -> None:
 # --- stages -----------------------------------------------------------------------------
 
 
-@app.command("partition")
+PARTITION_COLUMNS = [
+    Column("client", "client", "number"),
+    Column("size", "size", "number"),
+    Column("classes", "classes", "number"),
+    Column("dominant_class", "top class", "number"),
+    Column("dominant_share", "top %", "pct"),
+    Column("angle", "angle", "number"),
+]
+
+
+@app.command(
+    "partition",
+    epilog=_example(
+        "fedhet partition specs/quickstart.yaml --plot clients.png",
+        "fedhet partition specs/quickstart.yaml 'partition={scheme: iid, clients: 5}'",
+    ),
+)
 def partition(
     path: SpecPath,
+    overrides: OverridesArg = None,
     plot: Annotated[Path | None, typer.Option(help="write a clients x classes heatmap PNG")] = None,
+    fmt: FormatOpt = Format.table,
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
 ) -> None:
     """Compute (or reuse) the partition of every run and print its summary."""
     from fedhet.core.pipeline import RunContext, ensure
-    from fedhet.data.partition import summary_rows
-    from fedhet.data.partition_stage import load_partition, partition_node
+    from fedhet.data.partition import empty_clients_note, summary_rows
+    from fedhet.data.partition_stage import load_partition
+    from fedhet.runs import runs_of
 
-    spec = _load(path, data_root)
     st = ArtifactStore(store)
-    from fedhet.core.spec import expand
-
-    seen = set()
-    for _, run_spec in expand(spec):
-        node = partition_node(run_spec)
+    seen, flat = set(), []
+    for run in runs_of(_load(path, data_root, overrides)):
+        node = next(n for n in run.node.walk() if n.stage == "partition")
         if node.key in seen:
             continue
         seen.add(node.key)
-        part = load_partition(ensure(node, RunContext(run_spec, st, err)))
+        labels = run.node_labels()
+        part = load_partition(ensure(node, RunContext(run.spec, st, err, labels=labels)))
         rows = summary_rows(part)
-        out.print(_table(rows, list(rows[0]), title=f"partition {node.key[:12]}"))
+        columns = [c for c in PARTITION_COLUMNS if any(r.get(c.key) is not None for r in rows)]
+        for_programs = fmt in (Format.csv, Format.json)  # one flat table, nothing else
+        if for_programs:
+            flat += [{"partition": labels[node.key], "key": node.key, **r} for r in rows]
+        else:
+            show(out, rows, columns, fmt, title=f"{labels[node.key]} ({node.key[:10]})")
+        note = empty_clients_note([row["size"] for row in rows])
+        if note:
+            (err if for_programs else out).print(note)
         if plot is not None:
             from fedhet.reports.plots import partition_heatmap
 
             target = plot if len(seen) == 1 else plot.with_stem(f"{plot.stem}-{node.key[:8]}")
-            partition_heatmap(
-                part.histogram, target, title=f"{run_spec.name}: {run_spec.partition.scheme}"
-            )
-            out.print(f"wrote {target}")
+            partition_heatmap(part.histogram, target, title=labels[node.key])
+            (err if for_programs else out).print(f"wrote {target}")
+    if flat:
+        keys = [Column("partition", "partition"), Column("key", "key"), *PARTITION_COLUMNS]
+        show(out, flat, keys, fmt)
 
 
-@app.command("virtual")
+@app.command("virtual", epilog=_example("fedhet virtual specs/vhl_fmnist.yaml --grid grid.png"))
 def virtual(
     path: SpecPath,
     grid: Annotated[
@@ -191,8 +235,7 @@ def virtual(
 ) -> None:
     """Compute (or reuse) the VHL virtual dataset of every run and print its summary."""
     from fedhet.core.pipeline import RunContext, ensure
-    from fedhet.core.spec import expand
-    from fedhet.methods.vhl import save_grid
+    from fedhet.methods.vhl.generators import save_grid
     from fedhet.methods.vhl.virtual_stage import load_virtual, virtual_upstream
 
     st = ArtifactStore(store)
@@ -219,38 +262,150 @@ def virtual(
 
 
 RESULT_COLUMNS = [
-    "algorithm",
-    "setting",
-    "seed",
-    "best_accuracy",
-    "final_accuracy",
-    "rounds_to_target",
-    "wall_time_s",
+    Column("algorithm", "algorithm"),
+    Column("setting", "setting"),
+    Column("seed", "seed", "number"),
+    Column("best_accuracy", "best %", "pct"),
+    Column("final_accuracy", "final %", "pct"),
+    Column("rounds_to_target", "to target", "number"),
+    Column("wall_time_s", "time s", "seconds"),
 ]
 
 
-@app.command("train")
-def train(path: SpecPath, store: StoreOpt = None, data_root: DataRootOpt = None) -> None:
+@app.command(
+    "train",
+    epilog=_example(
+        "fedhet train specs/quickstart.yaml",
+        "fedhet train specs/quickstart.yaml federation.rounds=100 algorithm.name=fedprox "
+        "algorithm.mu=0.1 'partition={scheme: iid, clients: 5}'",
+    ),
+)
+def train(
+    path: SpecPath,
+    overrides: OverridesArg = None,
+    fmt: FormatOpt = Format.table,
+    store: StoreOpt = None,
+    data_root: DataRootOpt = None,
+) -> None:
     """Run the missing stages of every run (resuming from checkpoints) and print the results.
 
-    A diverging run does not stop the others; the command then exits 1 naming it."""
+    A diverging run does not stop the others; the command then exits 1 naming it (its final
+    accuracy reads "† k/n": diverged in round k of n)."""
     from fedhet.runs import execute, result_row, runs_of, stored_metrics
 
     st = ArtifactStore(store)
     rows, diverged = [], []
-    for run in runs_of(_load(path, data_root)):
+    for run in runs_of(_load(path, data_root, overrides)):
         try:
             rows.append(result_row(run, stored_metrics(execute(run, st))))
         except DivergedError as error:
             diverged.append(error)
             row = result_row(run, error.metrics)
-            rows.append({**row, "final_accuracy": f"diverged in round {error.round_number}"})
-    columns = [c for c in RESULT_COLUMNS if any(c in r for r in rows)]
-    out.print(_table(rows, columns, title=path.stem))
+            failed = f"† {error.round_number}/{run.spec.federation.rounds}"
+            rows.append({**row, "final_accuracy": failed})
+    columns = [c for c in RESULT_COLUMNS if any(c.key in r for r in rows)]
+    show(out, rows, columns, fmt, title=path.stem)
     if len(diverged) == 1:
         raise diverged[0]
     if diverged:
         raise RunError(f"{len(diverged)} runs diverged; the first: {diverged[0]}")
+
+
+@app.command(
+    "plan",
+    epilog=_example(
+        "fedhet plan specs/quickstart.yaml", "fedhet plan specs/quickstart.yaml seed=1"
+    ),
+)
+def plan(
+    path: SpecPath,
+    overrides: OverridesArg = None,
+    fmt: FormatOpt = Format.table,
+    store: StoreOpt = None,
+) -> None:
+    """Every run's stages and their state: stored, partial (round k of n, from the checkpoint)
+    or missing, with the time still needed where a stored run of the same stage and shape
+    gives an estimate. A stage shared by several runs is listed once, under the first."""
+    from fedhet.reports.status import plan_rows
+    from fedhet.runs import runs_of
+
+    rows, summary = plan_rows(runs_of(_load(path, overrides=overrides)), ArtifactStore(store))
+    columns = [
+        Column("run", "run"),
+        Column("stage", "stage"),
+        Column("key", "key"),
+        Column("state", "state"),
+        Column("runs", "runs", "number"),
+        Column("left", "left"),
+    ]
+    if fmt in (Format.csv, Format.json):
+        columns = [*columns[:-1], Column("seconds_left", "seconds_left", "seconds")]
+    show(out, rows, columns, fmt, title=path.stem)
+    if fmt in (Format.table, Format.markdown):
+        out.print(summary)
+
+
+RUN_COLUMNS = [
+    Column("algorithm", "algorithm"),
+    Column("setting", "setting"),
+    Column("seed", "seed", "number"),
+    Column("state", "state"),
+    Column("best_accuracy", "best %", "pct"),
+    Column("final_accuracy", "final %", "pct"),
+    Column("rounds", "rounds", "number"),
+    Column("wall_time_s", "time s", "seconds"),
+]
+
+
+@app.command(
+    "runs",
+    epilog=_example(
+        "fedhet runs specs/quickstart.yaml",
+        "fedhet runs specs/quickstart.yaml --algorithm scaffold --format csv",
+    ),
+)
+def runs(
+    path: SpecPath,
+    overrides: OverridesArg = None,
+    algorithm: Annotated[
+        str | None, typer.Option(help="only runs of this algorithm (its label, e.g. fedavg)")
+    ] = None,
+    state: Annotated[
+        str | None, typer.Option(help="only runs in this state: stored | partial | missing")
+    ] = None,
+    fmt: FormatOpt = Format.table,
+    store: StoreOpt = None,
+) -> None:
+    """Every run of the spec with what the store holds of it: state, best and final accuracy,
+    rounds done and training time."""
+    from fedhet.reports.status import run_row
+    from fedhet.runs import runs_of
+
+    st = ArtifactStore(store)
+    rows = [run_row(run, st) for run in runs_of(_load(path, overrides=overrides))]
+    rows = [
+        r
+        for r in rows
+        if (algorithm is None or r["algorithm"] == algorithm)
+        and (state is None or r["state"] == state)
+    ]
+    show(out, rows, RUN_COLUMNS, fmt, title=path.stem)
+
+
+TrainOpt = Annotated[
+    bool,
+    typer.Option("--train", help="train the runs not in the store (default: exit 2 naming them)"),
+]
+
+
+def _stored_runs(path: Path, spec: Spec, store: ArtifactStore, train: bool) -> list:
+    """The spec's runs; unless `train`, exit 2 naming those whose results are not stored."""
+    from fedhet.runs import require_stored, runs_of
+
+    runs = runs_of(spec)
+    if not train:
+        require_stored(runs, store, str(path))
+    return runs
 
 
 @app.command("eval")
@@ -260,17 +415,22 @@ def evaluate(
     cgv: Annotated[
         bool, typer.Option("--cgv", help="also the client gradient variance of the final model")
     ] = False,
+    model: Annotated[
+        Literal["final", "best"],
+        typer.Option("--model", help="the final model or the one with the best test accuracy"),
+    ] = "final",
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
+    train: TrainOpt = False,
 ) -> None:
-    """Global, per-class and per-client accuracy of each run's trained model."""
+    """Global, per-class and per-client accuracy of each run's final (or best) model, whatever
+    the method (TCT: its stage-2 linear model on the eNTK features)."""
     from fedhet.reports.evaluation import evaluate_run
-    from fedhet.runs import execute, runs_of
+    from fedhet.runs import result
 
     st = ArtifactStore(store)
-    reports = []
-    for run in runs_of(_load(path, data_root)):
-        reports.append(evaluate_run(run, execute(run, st), st, cgv=cgv))
+    runs = _stored_runs(path, _load(path, data_root), st, train)
+    reports = [evaluate_run(run, result(run, st, train), st, cgv=cgv, model=model) for run in runs]
     if as_json:
         print(json.dumps(reports, indent=2))
         return
@@ -282,7 +442,9 @@ def evaluate(
         out.print("  per class: " + " ".join(f"{a:.3f}" for a in rep["per_class"]))
         out.print("  per client: " + " ".join(f"{a:.3f}" for a in rep["per_client"]))
         if cgv:
-            out.print("  CGV: " + ", ".join(f"{k} {v:.4g}" for k, v in rep["cgv"].items()))
+            variance = rep["cgv"] or {}  # None: the model is no network (TCT)
+            text = ", ".join(f"{k} {v:.4g}" for k, v in variance.items()) or "- (not a network)"
+            out.print(f"  CGV: {text}")
 
 
 @app.command("report")
@@ -293,33 +455,114 @@ def report(
     ),
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
+    train: TrainOpt = False,
 ) -> None:
     """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves."""
     from fedhet.reports.report import write_report
 
-    spec = _load(path, data_root)
-    md, png = write_report(spec, ArtifactStore(store), out_dir, err)
-    out.print(md.read_text(), markup=False, highlight=False)
+    spec, st = _load(path, data_root), ArtifactStore(store)
+    runs = _stored_runs(path, spec, st, train)
+    md, png = write_report(spec, runs, st, out_dir, err, train)
+    out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
     out.print(f"wrote {md} and {png}")
+
+
+@app.command(
+    "export",
+    epilog=_example(
+        "fedhet export specs/quickstart.yaml --format parquet --out quickstart.parquet",
+        "fedhet export specs/quickstart.yaml --tensorboard runs/ && tensorboard --logdir runs/",
+    ),
+)
+def export(
+    path: SpecPath,
+    overrides: OverridesArg = None,
+    fmt: Annotated[
+        Literal["csv", "parquet", "json"] | None,
+        typer.Option("--format", help="csv | parquet | json (default csv)", show_default=False),
+    ] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="file for the table (default: standard output)")
+    ] = None,
+    tensorboard: Annotated[
+        Path | None,
+        typer.Option("--tensorboard", help="also write TensorBoard events, a folder per run"),
+    ] = None,
+    store: StoreOpt = None,
+    data_root: DataRootOpt = None,
+    train: TrainOpt = False,
+) -> None:
+    """Every run's per-round metrics as one long table: run labels, the config fields that vary
+    between runs, seed, round and each metric. With --tensorboard (and no --format or --out),
+    only the TensorBoard events."""
+    from fedhet.engine.tensorboard import check_folder
+    from fedhet.reports import export as exporting
+
+    if out_file is not None:
+        exporting.check_out(out_file)
+    if tensorboard is not None:
+        check_folder(tensorboard, "--tensorboard")
+    spec, st = _load(path, data_root, overrides), ArtifactStore(store)
+    stored = exporting.collect(_stored_runs(path, spec, st, train), st, train)
+    if tensorboard is not None:
+        exporting.write_tensorboard(stored, tensorboard)
+        _say(f"wrote the TensorBoard events of {len(stored)} runs under {tensorboard}")
+    if fmt is not None or out_file is not None or tensorboard is None:
+        rows = exporting.long_rows(stored)
+        exporting.write_file(exporting.table_bytes(rows, fmt or "csv"), out_file)
+        if out_file is not None:
+            _say(f"wrote {out_file} ({len(rows)} rows)")
 
 
 # --- artifacts --------------------------------------------------------------------------
 
 
-@artifacts_app.command("ls")
-def artifacts_ls(store: StoreOpt = None) -> None:
-    """List artifacts: stage, short key, spec name, size, created."""
+LS_COLUMNS = [
+    Column("stage", "stage"),
+    Column("key", "key"),
+    Column("label", "label"),
+    Column("size", "MB", "megabytes"),
+    Column("created", "created"),
+]
+
+
+@artifacts_app.command(
+    "ls",
+    epilog=_example(
+        "fedhet artifacts ls --stage train --algorithm fedavg",
+        "fedhet artifacts ls --spec specs/quickstart.yaml --format json",
+    ),
+)
+def artifacts_ls(
+    stage: Annotated[str | None, typer.Option(help="only this stage, e.g. train")] = None,
+    algorithm: Annotated[str | None, typer.Option(help="only runs of this algorithm")] = None,
+    spec: Annotated[
+        Path | None, typer.Option(help="only the stages of this spec's runs", metavar="SPEC")
+    ] = None,
+    fmt: FormatOpt = Format.table,
+    store: StoreOpt = None,
+) -> None:
+    """List artifacts by the label of the run (or partition) they belong to."""
+    found = ArtifactStore(store).ls()
+    if spec is not None:
+        from fedhet.runs import runs_of
+
+        keys = {node.key for run in runs_of(_load(spec)) for node in run.node.walk()}
+        found = [a for a in found if a.key in keys]
     rows = [
         {
             "stage": a.stage,
-            "key": a.key[:12],
-            "spec": a.attrs.get("spec_name", ""),
-            "size": f"{a.size / 1e6:.2f} MB",
-            "created": a.attrs.get("created", ""),
+            "key": a.key if fmt in (Format.csv, Format.json) else a.key[:10],
+            "label": a.attrs.get("label") or a.attrs.get("spec_name", ""),
+            "algorithm": a.attrs.get("spec", {}).get("algorithm", {}).get("name"),
+            "size": a.size,
+            "created": a.attrs.get("created", "")[:16].replace("T", " "),
         }
-        for a in ArtifactStore(store).ls()
+        for a in found
+        if stage in (None, a.stage)
     ]
-    out.print(_table(rows, ["stage", "key", "spec", "size", "created"]))
+    rows = [r for r in rows if algorithm in (None, r["algorithm"])]
+    show(out, rows, LS_COLUMNS, fmt)
 
 
 @artifacts_app.command("show")
@@ -333,9 +576,16 @@ def artifacts_show(
     st = ArtifactStore(store)
     info = st.find(key)
     group = zarr.open_group(info.path, mode="r")
-    attrs = {k: v for k, v in info.attrs.items() if k != "checksums"}
+    from fedhet.core.provenance import described
+
+    attrs = {k: v for k, v in info.attrs.items() if k not in ("checksums", "environment")}
     out.print(f"[bold]{info.stage}/{info.key}[/bold]  ({info.path})", soft_wrap=True)
     out.print_json(json.dumps(attrs, default=str))
+    environment = info.attrs.get("environment")
+    if environment:
+        out.print("[bold]computed in[/bold]")
+        for name, value in described(environment).items():
+            out.print(f"  {name:9s} {value}", markup=False, highlight=False, soft_wrap=True)
     table = Table("array", "shape", "chunks", "dtype")
     for name, arr in _walk_arrays(group):
         table.add_row(name, str(arr.shape), str(arr.chunks), str(arr.dtype))
@@ -352,7 +602,9 @@ def _walk_arrays(group, prefix=""):
             yield from _walk_arrays(member, f"{prefix}{name}/")
 
 
-@artifacts_app.command("verify")
+@artifacts_app.command(
+    "verify", epilog=_example("fedhet artifacts verify", "fedhet artifacts verify 3f2a9c1d0b")
+)
 def artifacts_verify(
     key: Annotated[str | None, typer.Argument(help="key prefix; all when omitted")] = None,
     store: StoreOpt = None,
@@ -370,13 +622,49 @@ def artifacts_verify(
         raise FedhetError(f"{bad} corrupt artifact{'s' if bad > 1 else ''}")
 
 
-@artifacts_app.command("gc")
-def artifacts_gc(store: StoreOpt = None) -> None:
+@artifacts_app.command(
+    "rm",
+    epilog=_example("fedhet artifacts rm 3f2a9c1d0b", "fedhet artifacts rm 3f2a9c1d0b --cascade"),
+)
+def artifacts_rm(
+    keys: Annotated[list[str], typer.Argument(help="keys or unambiguous key prefixes")],
+    cascade: Annotated[
+        bool, typer.Option("--cascade", help="also remove the artifacts built on them")
+    ] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Remove artifacts; one that a stored artifact was built on only with --cascade."""
+    st = ArtifactStore(store)
+    targets = {info.key: info for info in map(st.find, keys)}
+    dependents = st.dependents(set(targets))
+    if dependents and not cascade:
+        names = ", ".join(f"{a.stage}/{a.key[:10]}" for a in dependents[:3])
+        more = f" and {len(dependents) - 3} more" if len(dependents) > 3 else ""
+        raise InputError(
+            f"artifacts rm: {names}{more} depend{'s' if len(dependents) == 1 else ''} on it; "
+            "remove those too with --cascade, or leave it"
+        )
+    for info in [*dependents, *targets.values()]:
+        st.remove(info)
+        out.print(f"removed {info.stage}/{info.key[:10]}  {info.attrs.get('label', '')}")
+
+
+@artifacts_app.command(
+    "gc", epilog=_example("fedhet artifacts gc --dry-run", "fedhet artifacts gc")
+)
+def artifacts_gc(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="only list what would be removed")
+    ] = False,
+    store: StoreOpt = None,
+) -> None:
     """Remove temporaries of dead writers, finished checkpoints and stale locks."""
-    removed = ArtifactStore(store).gc()
+    removed = ArtifactStore(store).gc(dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
     for path in removed:
-        out.print(f"removed {path}")
-    out.print(f"{len(removed)} entr{'y' if len(removed) == 1 else 'ies'} removed")
+        out.print(f"{verb} {path}", soft_wrap=True)
+    count = f"{len(removed)} entr{'y' if len(removed) == 1 else 'ies'}"
+    out.print(f"{count} {'would be removed' if dry_run else 'removed'}")
 
 
 def _say(message: str) -> None:
@@ -400,6 +688,7 @@ def main() -> None:
     (0 ok, 1 failed while running, 2 bad input, 130/143 interrupted); `--debug` or
     FEDHET_DEBUG=1 adds the traceback of an unexpected exception."""
     signals.install()
+    _warnings_to_stderr()
     try:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
@@ -419,6 +708,16 @@ def main() -> None:
     except Exception as exc:  # a bug or an environment failure: one line, traceback in a file
         _say(crash.report(exc, debug=_debug_requested()))
         sys.exit(1)
+
+
+def _warnings_to_stderr() -> None:
+    """fedhet's warnings (e.g. a plug-in that cannot be loaded) as `warning: ...` on stderr."""
+    logger = logging.getLogger("fedhet")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("warning: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def _debug_requested() -> bool:

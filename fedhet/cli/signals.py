@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import signal
 
-from fedhet.core.errors import Interrupted
-
-
-def _raise(signum: int, frame: object) -> None:
-    raise Interrupted(signum)
+from fedhet.core import interrupts
 
 
 def install() -> None:
-    signal.signal(signal.SIGINT, _raise)
-    signal.signal(signal.SIGTERM, _raise)
+    signal.signal(signal.SIGINT, interrupts.handle)
+    signal.signal(signal.SIGTERM, interrupts.handle)

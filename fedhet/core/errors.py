@@ -35,7 +35,14 @@ class Interrupted(BaseException):  # noqa: N818 (not an error: the user asked to
     def __init__(self, signum: int):
         super().__init__(signum)
         self.exit_code = 128 + signum
-        self.where = ""
+        self.where = ""  # e.g. "at round 3 of 20 (train 1a2b3c4d5e6f)"
+        self.stage = ""  # the stage and short key it stopped in, set once by the innermost
+
+    def in_stage(self, stage: str) -> None:
+        """Record the stage (and key) that was running, unless an inner stage already did."""
+        if not self.stage:
+            self.stage = stage
+            self.where = f"{self.where} ({stage})" if self.where else f"in {stage}"
 
     def __str__(self) -> str:
         where = f" {self.where}" if self.where else ""

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 import zarr
 from rich.console import Console
 
-from fedhet.core import registry
+from fedhet.core import provenance, registry
+from fedhet.core.errors import Interrupted
 from fedhet.core.keys import stage_key
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
@@ -54,6 +55,12 @@ class RunContext:
     spec: Spec
     store: ArtifactStore
     console: Console = field(default_factory=lambda: Console(stderr=True))
+    # Names the run whose final node is ensured (its TensorBoard folder). Upstream nodes, which
+    # runs may share, are no run's own history and get None.
+    run_name: str | None = None
+    # key -> the name a person knows the node by (a run's label); recorded in the artifact and
+    # shown in progress lines, never part of a key
+    labels: dict[str, str] = field(default_factory=dict)
 
     def upstream(self, node: StageNode, role: str) -> zarr.Group:
         up = node.upstream[role]
@@ -66,22 +73,40 @@ class StageRunner(Protocol):
     ) -> None: ...
 
 
+# What a stage's partial area says about a run in progress, e.g. "from round 4 of 20"; None
+# when there is nothing to resume from.
+ProgressProbe = Callable[[StageNode, Path], str | None]
+
 STAGES: dict[str, StageRunner] = {}
+PROGRESS: dict[str, ProgressProbe] = {}
 
 
-def stage(name: str) -> Callable[[StageRunner], StageRunner]:
-    """Register the function that computes a stage's artifact."""
+def stage(
+    name: str, progress: ProgressProbe | None = None
+) -> Callable[[StageRunner], StageRunner]:
+    """Register the function that computes a stage's artifact, and for a stage that resumes from
+    checkpoints the probe that tells from where."""
 
     def register(fn: StageRunner) -> StageRunner:
         STAGES[name] = fn
+        if progress is not None:
+            PROGRESS[name] = progress
         return fn
 
     return register
 
 
+def _announce(node: StageNode, partial: Path) -> str:
+    probe = PROGRESS.get(node.stage)
+    resumed = probe(node, partial) if probe is not None and partial.exists() else None
+    if resumed is None:
+        return f"{node.stage} {node.key[:12]}: computing"
+    return f"resuming {node.stage} {node.key[:12]} {resumed}"
+
+
 def runner(name: str) -> StageRunner:
     """The function that computes stage `name` (the plug-ins' stages register when loaded)."""
-    registry.methods()
+    registry.load_stages()
     return STAGES[name]
 
 
@@ -90,23 +115,34 @@ def ensure(node: StageNode, ctx: RunContext) -> zarr.Group:
     if node.spec is not None:
         ctx = replace(ctx, spec=node.spec)
     for up in node.upstream.values():
-        ensure(up, ctx)
+        ensure(up, replace(ctx, run_name=None))
     store, key = ctx.store, node.key
     if store.exists(node.stage, key):
-        ctx.console.print(f"[dim]{node.stage} {key[:12]}: reusing the stored artifact[/dim]")
-        return store.open(node.stage, key)
+        group = store.open(node.stage, key)
+        note = provenance.reuse_note(group.attrs.get("environment"), ctx.spec.runtime)
+        line = f"{node.stage} {key[:12]}: reusing the stored artifact{note}"
+        style = "" if note else "dim"  # a reuse across environments stands out
+        ctx.console.print(line, style=style, markup=False, soft_wrap=True)
+        return group
     with store.lock(node.stage, key):
         if store.exists(node.stage, key):  # another process finished it while we waited
             ctx.console.print(f"[dim]{node.stage} {key[:12]}: reusing (computed meanwhile)[/dim]")
             return store.open(node.stage, key)
-        ctx.console.print(f"{node.stage} {key[:12]}: computing")
+        partial = store.partial_dir(node.stage, key)
+        label = f" ({ctx.labels[key]})" if ctx.labels.get(key) else ""
+        ctx.console.print(_announce(node, partial) + label, markup=False, soft_wrap=True)
         attrs = {
             "config": node.config,
             "version": node.version,
             "upstream": {role: up.key for role, up in node.upstream.items()},
             "spec_name": ctx.spec.name,
+            "label": ctx.labels.get(key, ""),
+            "spec": ctx.spec.model_dump(mode="json", serialize_as_any=True),  # as run
         }
-        partial = store.partial_dir(node.stage, key)
-        with store.write(node.stage, key, attrs) as out:
-            runner(node.stage)(node, ctx, out, partial)
+        try:
+            with store.write(node.stage, key, attrs) as out:
+                runner(node.stage)(node, ctx, out, partial)
+        except Interrupted as stop:
+            stop.in_stage(f"{node.stage} {key[:12]}")
+            raise
     return store.open(node.stage, key)

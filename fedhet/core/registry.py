@@ -4,57 +4,99 @@ A package (fedhet itself included) registers a method by naming a `Method` objec
 group in its packaging metadata:
 
     [project.entry-points."fedhet.methods"]
-    mymethod = "my_package:METHOD"
+    mymethod = "my_package.plugin:METHOD"
 
-Importing the method's module registers its stages (`fedhet.core.pipeline.stage`). A plug-in
-that cannot be loaded (import error, duplicate name, invalid config class) is skipped and
-described in one line by `problems()`; every other method keeps working.
+The module holding METHOD should be light (no torch): it names each algorithm by its spec block
+(a config class) and the import path of its class, so validating a spec never imports a method's
+code. An algorithm's class, an objective wrapper and the modules registering a method's stages
+(`fedhet.core.pipeline.stage`) are imported on first use. A class may also be given directly.
+
+A plug-in that cannot be loaded (import error, duplicate name, invalid config class) is skipped
+and described in one line by `problems()`; every other method keeps working.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from functools import cache
+from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol
 
 from pydantic import create_model
 
-from fedhet.core.errors import InputError
+from fedhet.core.errors import InputError, RunError
 from fedhet.core.sections import AlgorithmSpec, Section
 
 GROUP = "fedhet.methods"
-
-
-class AlgorithmClass(Protocol):
-    """What the registry needs of an algorithm class (the engine's `Algorithm` has it all)."""
-
-    name: str
-    Config: type[AlgorithmSpec]
-    accepts_objectives: bool
+log = logging.getLogger(__name__)
 
 
 class ObjectiveWrapper(Protocol):
     """A method that replaces the data term of any algorithm's local objective (VHL): its config
-    becomes an optional field (`field`) of every algorithm that `accepts_objectives`."""
+    becomes an optional field (`field`) of every algorithm whose config `accepts_objectives`."""
 
     field: str
     Config: type[Section]
 
 
+def _resolve(target: str | Any) -> Any:
+    """What a "package.module:attribute" or "package.module" path names (an object as is)."""
+    if not isinstance(target, str):
+        return target
+    module, _, attribute = target.partition(":")
+    imported = import_module(module)
+    return getattr(imported, attribute) if attribute else imported
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """An algorithm as a plug-in declares it: its spec block, and its class or class path."""
+
+    config: type[AlgorithmSpec]
+    implementation: str | Any  # "package.module:Class" (imported on first use) or the class
+
+    @property
+    def name(self) -> str:
+        return self.config.model_fields["name"].default
+
+
+@dataclass(frozen=True)
+class ObjectiveEntry:
+    """An objective wrapper as a plug-in declares it: its field, config, and class or path."""
+
+    field: str
+    config: type[Section]
+    implementation: str | Any
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
-    algorithms: tuple[Any, ...] = ()  # AlgorithmClass
-    objectives: tuple[Any, ...] = ()  # ObjectiveWrapper
+    algorithms: tuple[AlgorithmEntry | Any, ...] = ()  # AlgorithmEntry objects or algorithm classes
+    objectives: tuple[ObjectiveEntry | Any, ...] = ()  # ObjectiveEntry objects or wrapper classes
+    stages: tuple[str, ...] = ()  # modules that register the method's stages when imported
+
+
+def _entry(algo: Any) -> AlgorithmEntry:
+    return algo if isinstance(algo, AlgorithmEntry) else AlgorithmEntry(algo.Config, algo)
+
+
+def _objective_entry(wrapper: Any) -> ObjectiveEntry:
+    if isinstance(wrapper, ObjectiveEntry):
+        return wrapper
+    return ObjectiveEntry(wrapper.field, wrapper.Config, wrapper)
 
 
 @dataclass
 class _Registry:
-    methods: dict[str, Method]
-    algorithms: dict[str, Any]
-    objectives: dict[str, Any]
-    problems: list[str]
+    methods: dict[str, Method] = field(default_factory=dict)
+    algorithms: dict[str, AlgorithmEntry] = field(default_factory=dict)
+    configs: dict[str, type[AlgorithmSpec]] = field(default_factory=dict)
+    objectives: dict[str, ObjectiveEntry] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)  # algorithm or field -> plug-in
+    problems: list[str] = field(default_factory=list)
 
 
 def _package(entry: EntryPoint) -> str:
@@ -63,78 +105,130 @@ def _package(entry: EntryPoint) -> str:
 
 
 def _check_algorithm(algo: Any) -> str | None:
-    config = getattr(algo, "Config", None)
+    config = getattr(algo, "config", None)
     if not (isinstance(config, type) and issubclass(config, AlgorithmSpec)):
-        return f"algorithm {getattr(algo, 'name', algo)!r}: Config is not an AlgorithmSpec"
-    default = config.model_fields["name"].default
-    if default != algo.name:
-        return f"algorithm {algo.name!r}: Config's name defaults to {default!r}"
+        return f"algorithm {algo.implementation!r}: config is not an AlgorithmSpec"
+    if not isinstance(algo.name, str) or not algo.name:
+        return f"algorithm {algo.implementation!r}: its config's name has no default"
     return None
 
 
-def _with_objectives(algo: Any, objectives: dict[str, Any]) -> Any:
-    """The algorithm with each objective wrapper's config as an optional field of its Config."""
-    if not objectives or not getattr(algo, "accepts_objectives", False):
-        return algo
-    fields = {field: (wrapper.Config | None, None) for field, wrapper in objectives.items()}
-    config = create_model(
-        algo.Config.__name__, __base__=algo.Config, __module__=algo.Config.__module__, **fields
+def _with_objectives(config: type[AlgorithmSpec], objectives: dict[str, ObjectiveEntry]) -> type:
+    """`config` with each objective wrapper's config as an optional field."""
+    if not objectives or not config.accepts_objectives:
+        return config
+    fields = {name: (wrapper.config | None, None) for name, wrapper in objectives.items()}
+    composed = create_model(
+        config.__name__, __base__=config, __module__=config.__module__, **fields
     )
-    config.objective_fields = tuple(objectives)
-    return type(algo.__name__, (algo,), {"Config": config, "__module__": algo.__module__})
+    composed.objective_fields = tuple(objectives)
+    return composed
+
+
+def _add(reg: _Registry, method: Method, where: str) -> None:
+    if method.name in reg.methods:
+        reg.problems.append(f"{where}: duplicate method name {method.name!r}; skipped")
+        return
+    try:
+        entries = [_entry(a) for a in method.algorithms]
+        wrappers = [_objective_entry(w) for w in method.objectives]
+    except AttributeError as err:
+        reg.problems.append(f"{where}: {err}; skipped")
+        return
+    problems = [p for p in map(_check_algorithm, entries) if p]
+    if not problems:  # an entry's name exists once its config is checked
+        problems = [
+            f"duplicate algorithm name {a.name!r}" for a in entries if a.name in reg.algorithms
+        ]
+    if problems:
+        reg.problems.append(f"{where}: {'; '.join(problems)}; skipped")
+        return
+    reg.methods[method.name] = method
+    for algo in entries:
+        reg.algorithms[algo.name] = algo
+        reg.owners[algo.name] = where
+    for wrapper in wrappers:
+        reg.objectives[wrapper.field] = wrapper
+        reg.owners[wrapper.field] = where
 
 
 @cache
 def _load() -> _Registry:
-    reg = _Registry({}, {}, {}, [])
-    raw_algorithms: dict[str, Any] = {}
-    for entry in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+    reg = _Registry()
+    for entry in sorted(entry_points(group=GROUP), key=_load_order):
         where = f"plugin {_package(entry)!r} ({entry.name} = {entry.value})"
         try:
             method = entry.load()
         except Exception as err:  # whatever a broken plug-in raises, the others keep working
-            reg.problems.append(f"{where}: cannot be loaded: {type(err).__name__}: {err}")
+            why = " ".join(str(err).split())
+            reg.problems.append(f"{where}: cannot be loaded: {type(err).__name__}: {why}")
             continue
         if not isinstance(method, Method):
             reg.problems.append(f"{where}: is not a fedhet.core.registry.Method")
             continue
-        if method.name in reg.methods:
-            reg.problems.append(f"{where}: duplicate method name {method.name!r}; skipped")
-            continue
-        problems = [p for p in map(_check_algorithm, method.algorithms) if p]
-        clashes = [a.name for a in method.algorithms if a.name in raw_algorithms]
-        problems += [f"duplicate algorithm name {name!r}" for name in clashes]
-        if problems:
-            reg.problems.append(f"{where}: {'; '.join(problems)}; skipped")
-            continue
-        reg.methods[method.name] = method
-        raw_algorithms.update({a.name: a for a in method.algorithms})
-        reg.objectives.update({w.field: w for w in method.objectives})
-    reg.algorithms = {n: _with_objectives(a, reg.objectives) for n, a in raw_algorithms.items()}
+        _add(reg, method, where)
+    reg.configs = {
+        name: _with_objectives(algo.config, reg.objectives) for name, algo in reg.algorithms.items()
+    }
+    for problem in reg.problems:  # once per process; the CLI prints them as `warning: ...`
+        log.warning(problem)
     return reg
+
+
+def _load_order(entry: EntryPoint) -> tuple[bool, str, str]:
+    """fedhet's own methods first, so a plug-in reusing one of their names is the one skipped."""
+    package = _package(entry)
+    return package != "fedhet", package, entry.name
+
+
+def _import(target: str | Any, owner: str) -> Any:
+    try:
+        return _resolve(target)
+    except Exception as err:  # a plug-in's code failing to import is the plug-in's failure
+        raise RunError(f"{owner}: cannot import {target}: {type(err).__name__}: {err}") from err
 
 
 def methods() -> dict[str, Method]:
     return _load().methods
 
 
+def configs() -> dict[str, type[AlgorithmSpec]]:
+    """Algorithm name -> its config class (objective wrappers composed in); imports no
+    algorithm code."""
+    return _load().configs
+
+
+@cache
+def algorithm(name: str) -> Any:
+    """The class of algorithm `name`, its Config the composed one (imported on first use)."""
+    reg = _load()
+    entry = reg.algorithms.get(name)
+    if entry is None:
+        raise InputError(
+            f"algorithm.name: unknown algorithm {name!r}; choose one of {', '.join(reg.algorithms)}"
+        )
+    cls = _import(entry.implementation, reg.owners[name])
+    return type(cls.__name__, (cls,), {"Config": reg.configs[name], "__module__": cls.__module__})
+
+
 def algorithms() -> dict[str, Any]:
     """Algorithm name -> class (objective wrappers already composed into its Config)."""
-    return _load().algorithms
+    return {name: algorithm(name) for name in _load().algorithms}
 
 
-def algorithm(name: str) -> Any:
-    found = algorithms().get(name)
-    if found is None:
-        raise InputError(
-            f"algorithm.name: unknown algorithm {name!r}; choose one of {', '.join(algorithms())}"
-        )
-    return found
-
-
+@cache
 def objectives() -> dict[str, Any]:
-    """Config field -> objective wrapper."""
-    return _load().objectives
+    """Config field -> objective wrapper (imported on first use)."""
+    reg = _load()
+    return {f: _import(w.implementation, reg.owners[f]) for f, w in reg.objectives.items()}
+
+
+@cache
+def load_stages() -> None:
+    """Import every method's stage modules, so that their stages are registered."""
+    for method in methods().values():
+        for module in method.stages:
+            _import(module, f"method {method.name!r}")
 
 
 def problems() -> list[str]:

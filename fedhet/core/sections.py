@@ -7,9 +7,33 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, model_serializer
 
 
+class OmitIfDefault:
+    """Field marker, `Annotated[T, OMIT_IF_DEFAULT]`: the field is left out of dumps (hence of
+    keys) while it holds its default, so adding an option keeps every existing key."""
+
+
+OMIT_IF_DEFAULT = OmitIfDefault()
+
+
 class Section(BaseModel):
     # inf/nan would pass range checks like gt=0 and cannot enter a key
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_serializer(mode="wrap")
+    def _leave_out_omitted(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        for name in self.omitted_fields():
+            data.pop(name, None)
+        return data
+
+    def omitted_fields(self) -> list[str]:
+        """Fields left out of the dump: those marked OMIT_IF_DEFAULT that hold their default."""
+        return [
+            name
+            for name, info in type(self).model_fields.items()
+            if any(isinstance(m, OmitIfDefault) for m in info.metadata)
+            and getattr(self, name) == info.get_default(call_default_factory=True)
+        ]
 
 
 class AlgorithmSpec(Section):
@@ -19,14 +43,16 @@ class AlgorithmSpec(Section):
     # Fields added by local-objective wrappers (e.g. `vhl`), set by the registry. A wrapper that
     # is off is absent from the dump, so runs without it keep the keys they always had.
     objective_fields: ClassVar[tuple[str, ...]] = ()
+    # True when a local-objective wrapper (VHL) may replace the data term of the local loss
+    accepts_objectives: ClassVar[bool] = False
 
-    @model_serializer(mode="wrap")
-    def _leave_out_objectives_that_are_off(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)
-        for field in self.objective_fields:
-            if getattr(self, field) is None:
-                data.pop(field, None)
-        return data
+    def omitted_fields(self) -> list[str]:
+        off = [field for field in self.objective_fields if getattr(self, field) is None]
+        return [*super().omitted_fields(), *off]
+
+    def check(self, spec: Any) -> None:
+        """Checks against the rest of the spec (a `fedhet.core.spec.Spec`), run when it is
+        validated; raise InputError naming the field. None by default."""
 
     def label(self) -> str:
         """Row label in reports: the name, then each objective wrapper that is on."""

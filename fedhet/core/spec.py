@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,7 +19,7 @@ from pydantic_core import PydanticCustomError
 
 from fedhet.core import registry
 from fedhet.core.errors import InputError
-from fedhet.core.sections import AlgorithmSpec, Section
+from fedhet.core.sections import OMIT_IF_DEFAULT, AlgorithmSpec, Section
 
 # --- data -------------------------------------------------------------------------------
 
@@ -56,6 +57,19 @@ class DirichletPartition(_PartitionBase):
     scheme: Literal["dirichlet"] = "dirichlet"
     alpha: float = Field(0.5, gt=0)
     min_samples: int = Field(0, ge=0, description="minimum samples per client")
+    cap: Annotated[bool, OMIT_IF_DEFAULT] = Field(
+        False,
+        description="classes dealt in turn, a client holding N/K samples takes no more "
+        "(the LDA of VHL's and FedImpro's code, with min_samples: 10)",
+    )
+
+
+class ClientDirichletPartition(_PartitionBase):
+    """FedBR's label skew: client k draws q_k ~ Dir_C(alpha) and N // K samples without
+    replacement from it, an exhausted class dropped and q_k renormalized."""
+
+    scheme: Literal["client_dirichlet"] = "client_dirichlet"
+    alpha: float = Field(0.1, gt=0)
 
 
 class ClassesPartition(_PartitionBase):
@@ -99,7 +113,8 @@ PartitionSpec = Annotated[
     | ClassesPartition
     | SubsetPartition
     | QuantityPartition
-    | RotationPartition,
+    | RotationPartition
+    | ClientDirichletPartition,
     Field(discriminator="scheme"),
 ]
 
@@ -108,7 +123,8 @@ def partition_label(p: BaseModel) -> str:
     """Short column label for a partition, like the papers' table headers."""
     base = {
         "iid": "iid",
-        "dirichlet": f"alpha={getattr(p, 'alpha', '')}",
+        "dirichlet": f"alpha={getattr(p, 'alpha', '')}" + ("+cap" if getattr(p, "cap", 0) else ""),
+        "client_dirichlet": f"client alpha={getattr(p, 'alpha', '')}",
         "classes": f"#C={getattr(p, 'classes_per_client', '')}",
         "subset": "subset",
         "quantity": f"quantity(alpha={getattr(p, 'alpha', '')})",
@@ -122,18 +138,50 @@ def partition_label(p: BaseModel) -> str:
 # --- model ------------------------------------------------------------------------------
 
 
+def _applies_when(**choices: tuple[str, ...]) -> dict[str, Any]:
+    """Field metadata: the field only matters when each named sibling has one of these values
+    (`spec show` leaves it out otherwise; the JSON Schema says so as `applies_when`)."""
+    return {"json_schema_extra": {"applies_when": {k: list(v) for k, v in choices.items()}}}
+
+
 class ModelSpec(Section):
     arch: Literal["mlp", "simple_cnn", "resnet18", "resnet20"] = "simple_cnn"
     norm: Literal["batch", "group", "none"] = "none"
     hidden: list[Annotated[int, Field(ge=1)]] = Field(
-        default_factory=lambda: [200], description="mlp hidden widths; [] is logistic regression"
+        default_factory=lambda: [200],
+        description="mlp hidden widths; [] is logistic regression",
+        **_applies_when(arch=("mlp",)),
     )
     channels: list[Annotated[int, Field(ge=1)]] = Field(
-        default_factory=lambda: [32, 64], description="simple_cnn conv widths"
+        default_factory=lambda: [32, 64],
+        description="simple_cnn conv widths",
+        **_applies_when(arch=("simple_cnn",)),
     )
-    fc_width: int = Field(512, ge=1, description="simple_cnn hidden fully connected width")
-    width: int = Field(16, ge=1, description="resnet base width (resnet18 uses 64 in the papers)")
-    groups: int = Field(2, ge=1, description="GroupNorm groups when norm=group")
+    fc_width: int = Field(
+        512,
+        ge=1,
+        description="simple_cnn hidden fully connected width",
+        **_applies_when(arch=("simple_cnn",)),
+    )
+    width: int = Field(
+        16,
+        ge=1,
+        description="resnet base width (resnet18 uses 64 in the papers)",
+        **_applies_when(arch=("resnet18", "resnet20")),
+    )
+    groups: int = Field(
+        2, ge=1, description="GroupNorm groups when norm=group", **_applies_when(norm=("group",))
+    )
+
+    def split_points(self) -> list[str]:
+        """The stage names of the model's feature extractor (`fedhet.models.FedModel`), known
+        without building it."""
+        if self.arch == "mlp":
+            return [f"hidden{i}" for i in range(1, len(self.hidden) + 1)] or ["flatten"]
+        if self.arch == "simple_cnn":
+            return ["conv1", "conv2", "fc1"]
+        layers = 4 if self.arch == "resnet18" else 3
+        return ["stem", *(f"layer{i}" for i in range(1, layers + 1)), "pool"]
 
 
 # --- federation -------------------------------------------------------------------------
@@ -169,7 +217,7 @@ class FederationSpec(Section):
 
 def algorithm_configs() -> dict[str, type[AlgorithmSpec]]:
     """name -> config class of every registered algorithm (the plug-ins are loaded lazily)."""
-    return {name: algo.Config for name, algo in registry.algorithms().items()}
+    return registry.configs()
 
 
 def _algorithm_error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
@@ -217,6 +265,9 @@ class RuntimeSpec(Section):
     checkpoint_every: int = Field(5, ge=1)
     eval_batch_size: int = Field(1000, ge=1)
     progress: bool = True
+    tensorboard: str | None = Field(
+        None, description="folder for TensorBoard events, one subfolder per run, per round"
+    )
 
 
 # --- the spec ---------------------------------------------------------------------------
@@ -261,6 +312,7 @@ class Spec(Section):
                 f"partition.rotation.angles has {len(angles)} entries for "
                 f"{self.partition.clients} clients; give one angle per client"
             )
+        self.algorithm.check(self)
         return self
 
     @property
@@ -352,8 +404,89 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def load_spec(path: str | Path) -> Spec:
-    return parse_spec(load_yaml(path), str(path))
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> Spec:
+    """The spec in the file at `path`, with command-line `overrides` (PATH=VALUE) applied to its
+    mapping before validation, so they give exactly the keys an edit of the file would."""
+    if not overrides:
+        return parse_spec(load_yaml(path), str(path))
+    data = apply_overrides(load_yaml(path), overrides)
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as err:
+        where = _field_path(err.errors(include_url=False)[0]["loc"], data)
+        raise InputError(_format_error(err, _blame(str(path), overrides, where), data)) from None
+    for override in overrides:  # matrix axes are any string to pydantic: expanding checks them
+        if _override_path(override)[0] == "matrix":
+            try:
+                expand(spec)
+            except InputError as err:
+                raise InputError(f"override {override!r}: {err}") from None
+    return spec
+
+
+# --- command-line overrides -------------------------------------------------------------
+
+
+def _override_path(override: str) -> list[str]:
+    """`federation.rounds=5` -> [federation, rounds]; a matrix axis stays one dotted name."""
+    dotted = override.partition("=")[0].strip()
+    head, _, axis = dotted.partition(".")
+    return [head, axis] if head == "matrix" and axis else dotted.split(".")
+
+
+def apply_overrides(data: dict, overrides: Sequence[str]) -> dict:
+    """A copy of a spec's mapping with each `PATH=VALUE` applied in order; VALUE is YAML and
+    replaces whatever the path held (`'partition={scheme: iid, clients: 5}'` replaces the whole
+    section). A path through a value that is not a section is rejected, naming the override."""
+    if not isinstance(data, dict):
+        raise InputError(f"a spec must be a YAML mapping, got {type(data).__name__}")
+    data = copy.deepcopy(data)
+    for override in overrides:
+        *parents, leaf = _override_path(override)
+        _, has_value, text = override.partition("=")
+        if not has_value or not all(part.strip() for part in [*parents, leaf]):
+            raise InputError(
+                f"override {override!r}: expected PATH=VALUE with a dotted PATH, "
+                "e.g. federation.rounds=100"
+            )
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            message = f"override {override!r}: the value is not valid YAML ({problem})"
+            raise InputError(message) from None
+        node = data
+        for depth, part in enumerate(parents):
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+            if not isinstance(node, dict):
+                where = ".".join(parents[: depth + 1])
+                raise InputError(
+                    f"override {override!r}: {where} is a value, not a section; "
+                    f"set it whole ({where}=...)"
+                )
+        node[leaf] = value
+    return data
+
+
+def _blame(source: str, overrides: Sequence[str], error_path: list[str]) -> str:
+    """Who a validation error belongs to: the overrides sharing the longest leading part of the
+    error's path, else the file (named with every override when the error has no path)."""
+    if not error_path:
+        return f"{source} with override{'s' if len(overrides) > 1 else ''} " + ", ".join(
+            repr(o) for o in overrides
+        )
+    shared = {o: _common_prefix(_override_path(o), error_path) for o in overrides}
+    best = max(shared.values())
+    if best == 0:
+        return source
+    return "override " + ", ".join(repr(o) for o, n in shared.items() if n == best)
+
+
+def _common_prefix(a: list[str], b: list[str]) -> int:
+    shared = itertools.takewhile(lambda pair: pair[0] == pair[1], zip(a, b, strict=False))
+    return sum(1 for _ in shared)
 
 
 # --- matrix -----------------------------------------------------------------------------
@@ -394,14 +527,47 @@ def _application_order(axis_value: tuple[str, Any]) -> tuple[bool, int]:
     return axis != "algorithm.name", axis.count(".")
 
 
+def applicable_dump(section: BaseModel) -> dict[str, Any]:
+    """The section with defaults filled in, less the fields that do not apply to the options
+    chosen (e.g. `channels` of an mlp); a field the spec sets explicitly is always kept."""
+    data = section.model_dump(mode="json", exclude_none=True, serialize_as_any=True)
+    return _prune(section, data)
+
+
+def _prune(section: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
+    for name, info in type(section).model_fields.items():
+        if name not in data:
+            continue
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        when = extra.get("applies_when", {})
+        applies = all(getattr(section, k) in choices for k, choices in when.items())
+        value = getattr(section, name)
+        if not applies and name not in section.model_fields_set:
+            del data[name]
+        elif isinstance(value, BaseModel) and isinstance(data[name], dict):
+            _prune(value, data[name])
+    return data
+
+
 def json_schema() -> dict[str, Any]:
     """JSON Schema of specs, with the algorithm block as the union of every algorithm's config."""
     from typing import Union
 
     from pydantic import create_model
 
-    configs = tuple(algorithm_configs().values())
+    configs = tuple(_readably_named(algo) for algo in registry.algorithms().values())
     algorithm_union = Annotated[Union[configs], Field(discriminator="name")]  # noqa: UP007
     default = Field(default_factory=lambda: _validate_algorithm({"name": "fedavg"}))
     schema_model = create_model("Spec", __base__=Spec, algorithm=(algorithm_union, default))
     return schema_model.model_json_schema()
+
+
+def _readably_named(algo: Any) -> type[AlgorithmSpec]:
+    """The algorithm's config class, under its algorithm's name where it is a bare `Config`
+    (so the schema's definitions read `FedProxConfig`, not a module path); schema only."""
+    config = algo.Config
+    if config.__name__ != "Config":
+        return config
+    from pydantic import create_model
+
+    return create_model(f"{algo.__name__}Config", __base__=config, __module__=config.__module__)

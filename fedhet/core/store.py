@@ -26,6 +26,7 @@ import numpy as np
 import zarr
 
 from fedhet import __version__
+from fedhet.core import interrupts, provenance
 from fedhet.core.errors import InputError
 
 TMP_MARK = ".tmp-"
@@ -150,26 +151,29 @@ class ArtifactStore:
         tmp = final.with_name(f"{final.name}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
         tmp.parent.mkdir(parents=True, exist_ok=True)
         started = time.time()
-        group = zarr.open_group(tmp, mode="w")
         try:
+            group = zarr.open_group(tmp, mode="w")
             yield group
-            group.attrs.update(
-                {
-                    **attrs,
-                    "stage": stage,
-                    "key": key,
-                    "fedhet_version": __version__,
-                    "created": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "wall_time_s": round(time.time() - started, 3),
-                    "command": " ".join(sys.argv),
-                    "checksums": {name: array_checksum(a) for name, a in _arrays(group)},
-                }
-            )
-            os.rename(tmp, final)
+            with interrupts.deferred():  # published whole, and then its checkpoints go
+                group.attrs.update(
+                    {
+                        **attrs,
+                        "stage": stage,
+                        "key": key,
+                        "fedhet_version": __version__,
+                        "environment": provenance.environment(),
+                        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                        "wall_time_s": round(time.time() - started, 3),
+                        "command": " ".join(sys.argv),
+                        "checksums": {name: array_checksum(a) for name, a in _arrays(group)},
+                    }
+                )
+                os.rename(tmp, final)
+                shutil.rmtree(self.partial_dir(stage, key), ignore_errors=True)
         finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
-        shutil.rmtree(self.partial_dir(stage, key), ignore_errors=True)
+            # an interrupted write may still have zarr I/O in flight: what lands later is a
+            # dead writer's temporary, which `gc` removes
+            shutil.rmtree(tmp, ignore_errors=True)
 
     # --- maintenance --------------------------------------------------------------------
 
@@ -207,8 +211,9 @@ class ArtifactStore:
             fcntl.flock(handle, fcntl.LOCK_UN)
             return True
 
-    def gc(self) -> list[Path]:
-        """Remove dead writers' temporaries, checkpoints of published artifacts, stale locks."""
+    def gc(self, dry_run: bool = False) -> list[Path]:
+        """Remove dead writers' temporaries, checkpoints of published artifacts, stale locks;
+        with `dry_run`, only say what would be removed."""
         removed = []
         for entry in sorted(self.root.glob("*/*")):
             stage = entry.parent.name
@@ -226,7 +231,33 @@ class ArtifactStore:
                 stale = not (entry / "zarr.json").is_file()
             else:
                 stale = False
-            if stale:
+            if stale and not dry_run:
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            if stale:
                 removed.append(entry)
         return removed
+
+    # --- removal ------------------------------------------------------------------------
+
+    def dependents(self, keys: set[str]) -> list[ArtifactInfo]:
+        """Stored artifacts built, directly or through others, on any of `keys`."""
+        stored = self.ls()
+        found: dict[str, ArtifactInfo] = {}
+        frontier = set(keys)
+        while frontier:
+            users = [
+                a
+                for a in stored
+                if a.key not in found
+                and a.key not in keys
+                and frontier & set(a.attrs.get("upstream", {}).values())
+            ]
+            found |= {a.key: a for a in users}
+            frontier = {a.key for a in users}
+        return list(found.values())
+
+    def remove(self, info: ArtifactInfo) -> None:
+        """Delete an artifact and its checkpoint area, under its lock (`gc` removes the lock)."""
+        with self.lock(info.stage, info.key):
+            shutil.rmtree(info.path, ignore_errors=True)
+            shutil.rmtree(self.partial_dir(info.stage, info.key), ignore_errors=True)

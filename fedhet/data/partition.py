@@ -2,12 +2,13 @@
 
 Every scheme is deterministic given the seed: all randomness comes from one
 np.random.default_rng(seed). Schemes may leave a client empty (e.g. dirichlet with a tiny
-alpha and min_samples=0); `min_samples` exists to prevent that.
+alpha and min_samples=0); `min_samples` exists to prevent that. An empty client never trains
+(see fedhet.engine.algorithm.TrainSetup.holders); `empty_clients_note` announces it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from fedhet.core.errors import InputError
 from fedhet.core.spec import (
     ClassesPartition,
+    ClientDirichletPartition,
     DirichletPartition,
     IIDPartition,
     QuantityPartition,
@@ -29,6 +31,7 @@ PartitionConfig = (
     | SubsetPartition
     | QuantityPartition
     | RotationPartition
+    | ClientDirichletPartition
 )
 
 # Dirichlet draws tried before the deterministic min_samples repair; a bound, not a retry loop.
@@ -62,6 +65,14 @@ def make_partition(
     return Partition(client_indices, histogram, _angles(spec))
 
 
+def empty_clients_note(sizes: Sequence[int]) -> str | None:
+    """One line saying how many clients hold no samples; None when every client holds some."""
+    empty = sum(1 for n in sizes if n == 0)
+    if not empty:
+        return None
+    return f"{empty} of {len(sizes)} clients hold no samples and never train"
+
+
 def summary_rows(partition: Partition) -> list[dict]:
     """One row per client: size, classes present, dominant class and its share, angle."""
     rows = []
@@ -92,10 +103,31 @@ def _dirichlet(
     spec: DirichletPartition, labels: np.ndarray, num_classes: int, rng: np.random.Generator
 ):
     pools = _class_pools(labels, num_classes, rng)
+    draw = _capped_draw if spec.cap else _independent_draw
     counts = _dirichlet_counts(
-        [len(p) for p in pools], spec.clients, spec.alpha, spec.min_samples, rng
+        [len(p) for p in pools], spec.clients, spec.alpha, spec.min_samples, rng, draw
     )
     return _deal(pools, counts)
+
+
+def _client_dirichlet(
+    spec: ClientDirichletPartition,
+    labels: np.ndarray,
+    num_classes: int,
+    rng: np.random.Generator,
+):
+    """Client k, in turn, draws q_k ~ Dir_C(alpha) and N // K samples of labels ~ q_k without
+    replacement; a class that runs out is dropped and q_k renormalized (FedBR's code). The
+    N mod K samples left over belong to no client."""
+    pools = _class_pools(labels, num_classes, rng)
+    left = np.array([len(pool) for pool in pools], dtype=np.int64)
+    per_client = len(labels) // spec.clients
+    counts = np.zeros((spec.clients, num_classes), dtype=np.int64)
+    for client in range(spec.clients):
+        shares = rng.dirichlet(np.full(num_classes, spec.alpha))
+        counts[client] = _draw_from_remaining(per_client, shares, left, rng)
+        left -= counts[client]
+    return _deal(pools, np.vstack([counts, left]))[:-1]
 
 
 def _quantity(
@@ -172,6 +204,7 @@ _SCHEMES: dict[str, Callable[..., list[np.ndarray]]] = {
     "quantity": _quantity,
     "classes": _classes,
     "subset": _subset,
+    "client_dirichlet": _client_dirichlet,
 }
 
 
@@ -185,10 +218,68 @@ def _class_pools(
     return [rng.permutation(np.flatnonzero(labels == label)) for label in range(num_classes)]
 
 
-def _dirichlet_counts(
-    pool_sizes: list[int], clients: int, alpha: float, min_samples: int, rng: np.random.Generator
+Draw = Callable[[list[int], int, float, np.random.Generator], np.ndarray]
+
+
+def _independent_draw(
+    pool_sizes: list[int], clients: int, alpha: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """clients x pools counts: pool p is dealt by a multinomial over q_p ~ Dir_K(alpha).
+    """clients x pools counts: pool p is dealt by a multinomial over q_p ~ Dir_K(alpha)."""
+    return np.stack(
+        [rng.multinomial(size, rng.dirichlet(np.full(clients, alpha))) for size in pool_sizes],
+        axis=1,
+    )
+
+
+def _capped_draw(
+    pool_sizes: list[int], clients: int, alpha: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Like `_independent_draw`, but pools are dealt in turn and clients already holding
+    N / K samples get no share of the next pool (q_p renormalized over the others)."""
+    cap = sum(pool_sizes) / clients
+    counts = np.zeros((clients, len(pool_sizes)), dtype=np.int64)
+    held = np.zeros(clients, dtype=np.int64)
+    for p, size in enumerate(pool_sizes):
+        counts[:, p] = rng.multinomial(
+            size, _restricted(rng.dirichlet(np.full(clients, alpha)), held < cap)
+        )
+        held += counts[:, p]
+    return counts
+
+
+def _restricted(shares: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """`shares` zeroed outside `allowed` and renormalized; uniform over `allowed` when they
+    carry no mass there (a tiny alpha can put all of it elsewhere)."""
+    kept = np.where(allowed, shares, 0.0)
+    if kept.sum() <= 0:
+        kept = allowed.astype(np.float64)
+    return kept / kept.sum()
+
+
+def _draw_from_remaining(
+    count: int, shares: np.ndarray, left: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Per-pool counts of `count` draws from `shares` without exceeding `left`: draws that land
+    on a full pool are redrawn over the pools with room. Ends within len(left) + 1 passes,
+    since each pass either finishes or fills a pool; needs count <= left.sum()."""
+    taken = np.zeros_like(left)
+    while count > 0:
+        room = left - taken
+        drawn = np.minimum(rng.multinomial(count, _restricted(shares, room > 0)), room)
+        taken += drawn
+        count -= int(drawn.sum())
+    return taken
+
+
+def _dirichlet_counts(
+    pool_sizes: list[int],
+    clients: int,
+    alpha: float,
+    min_samples: int,
+    rng: np.random.Generator,
+    draw: Draw = _independent_draw,
+) -> np.ndarray:
+    """clients x pools counts from `draw`.
 
     Up to MAX_DIRICHLET_DRAWS draws are tried for one meeting min_samples; the draw with the
     smallest shortfall is then repaired deterministically.
@@ -201,10 +292,7 @@ def _dirichlet_counts(
         )
     best, best_shortfall = None, None
     for _ in range(MAX_DIRICHLET_DRAWS):
-        counts = np.stack(
-            [rng.multinomial(size, rng.dirichlet(np.full(clients, alpha))) for size in pool_sizes],
-            axis=1,
-        )
+        counts = draw(pool_sizes, clients, alpha, rng)
         shortfall = int(np.maximum(min_samples - counts.sum(axis=1), 0).sum())
         if best_shortfall is None or shortfall < best_shortfall:
             best, best_shortfall = counts, shortfall

@@ -1,1 +1,2 @@
-"""The federated engine: the algorithm interface, local training, the round loop, the train stage."""
+"""The federated engine: the algorithm interface, local training, the round loop, the train
+stage."""

@@ -4,10 +4,13 @@ An algorithm is a few functions over explicit state:
 - `init_server_state(global_state)`: extra server-side tensors (e.g. SCAFFOLD's control);
 - `client_update(job)`: local training from the global state, returning a `ClientResult`;
 - `aggregate(global_state, server_state, results, weights)`: the new global state;
-- hooks: `local_loss` (the local objective), `before_step` (gradient rewriting),
+- hooks: `local_loss` (the local objective), `before_step` (gradient rewriting), `after_step`
+  (parameter rewriting after each optimizer step),
   `synchronized_first_step` (a lockstep step across the round's clients, returning the
   `Traffic` it adds), `download`/`shared` (what crosses the network, for accounting),
-  `evaluation_states` (personalized models to evaluate), `build_model` and `plan` (extra stages).
+  `evaluation_states` (personalized models to evaluate), `build_model` and `plan` (extra stages),
+  `learning_rates` (per round, for TensorBoard) and `score_artifact` (eval of a final artifact
+  that holds no network).
 The engine owns the round loop, sampling, evaluation, metrics and checkpoints.
 """
 
@@ -16,41 +19,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from torch import nn
 
+from fedhet.core import registry
 from fedhet.core.spec import AlgorithmSpec, Spec
+from fedhet.data.clients import ClientData
 from fedhet.engine import objectives, tensors
 from fedhet.engine.local import (
-    ClientData,
     LocalStats,
     batch_schedule,
     local_sgd,
     num_local_steps,
+    round_lr,
     sgd,
 )
+from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
+from fedhet.engine.train_plan import train_node
 
 if TYPE_CHECKING:
-    from fedhet.core.pipeline import StageNode
-    from fedhet.data.datasets import Dataset
+    import zarr
 
+    from fedhet.core.pipeline import RunContext, StageNode
+    from fedhet.metrics.accuracy import Scores
 
-@dataclass
-class TrainSetup:
-    """Everything fixed for a run: the spec, data, clients and device."""
-
-    spec: Spec
-    dataset: Dataset
-    clients: list[ClientData]
-    device: torch.device
-    extras: dict[str, object] = field(default_factory=dict)  # artifacts of extra upstream stages
-
-    @property
-    def sizes(self) -> list[int]:
-        return [c.n for c in self.clients]
+ModelChoice = Literal["final", "best"]
 
 
 @dataclass
@@ -93,8 +89,6 @@ class Algorithm:
     # Raised when a change alters an algorithm's results, so its stored runs are recomputed
     # (0, the default, adds nothing to the key: runs from before revisions existed stay valid)
     revision: ClassVar[int] = 0
-    # True when a local-objective wrapper (VHL) may replace the data term of `local_loss`
-    accepts_objectives: ClassVar[bool] = False
 
     class Config(AlgorithmSpec):
         name: str = "fedavg"
@@ -108,9 +102,21 @@ class Algorithm:
 
     @classmethod
     def plan(cls, spec: Spec) -> StageNode:
-        from fedhet.engine.train_stage import train_node
+        return train_node(spec)
 
-        return train_node(spec, **objectives.upstream(spec))
+    @classmethod
+    def learning_rates(cls, spec: Spec) -> list[float]:
+        """The learning rate of each round of the run's stored metrics."""
+        return [round_lr(spec.federation, r) for r in range(spec.federation.rounds)]
+
+    @classmethod
+    def score_artifact(
+        cls, ctx: RunContext, node: StageNode, artifact: zarr.Group, model: ModelChoice
+    ) -> Scores | None:
+        """Scores of the `model` that the run's final artifact holds, for a method whose final
+        artifact holds no network (TCT's linear model); None: a `train` artifact, whose
+        network `fedhet eval` scores itself."""
+        return None
 
     @cached_property
     def param_names(self) -> frozenset[str]:
@@ -158,11 +164,11 @@ class Algorithm:
         """Optionally set `job.first_step` for every job (a lockstep step across clients).
 
         Called once per round, before any client trains, with `model` holding the global state.
-        By default it only accounts the objective's one-off broadcast to every client (VHL's
-        virtual data).
+        By default it only accounts the objective's one-off broadcast to every client that
+        will train (VHL's virtual data).
         """
         sent = tensors.nbytes(self.objective.broadcast()) if round == 0 else 0
-        return Traffic(bytes_down=len(self.setup.clients) * sent)
+        return Traffic(bytes_down=len(self.setup.holders) * sent)
 
     def evaluation_states(
         self, global_state: Tensors, client_states: dict[int, Tensors]
@@ -179,6 +185,9 @@ class Algorithm:
 
     def before_step(self, job: ClientJob, model: nn.Module) -> None:
         """Rewrite gradients after backward, before the optimizer step."""
+
+    def after_step(self, job: ClientJob, model: nn.Module) -> None:
+        """Rewrite parameters after each optimizer step."""
 
     def local_steps(self, job: ClientJob) -> int:
         return num_local_steps(self.fed, job.client.n)
@@ -198,5 +207,11 @@ class Algorithm:
             lambda m, x, y: self.local_loss(job, m, x, y),
             before_step=lambda m: self.before_step(job, m),
             first_step=job.first_step,
+            after_step=lambda m: self.after_step(job, m),
         )
         return ClientResult(job.client.id, tensors.clone(model.state_dict()), job.client.n, stats)
+
+
+def make_algorithm(spec: Spec, setup: TrainSetup) -> Algorithm:
+    """The spec's algorithm (a registered plug-in) over `setup`."""
+    return registry.algorithm(spec.algorithm.name)(spec.algorithm, setup)

@@ -1,4 +1,4 @@
-"""Client data, batch schedules and the local SGD loop every algorithm shares."""
+"""Batch schedules and the local SGD loop every algorithm shares."""
 
 from __future__ import annotations
 
@@ -10,20 +10,10 @@ import torch
 from torch import nn
 
 from fedhet.core.spec import FederationSpec
+from fedhet.data.clients import ClientData
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 GradHook = Callable[[nn.Module], None]
-
-
-@dataclass
-class ClientData:
-    id: int
-    x: torch.Tensor
-    y: torch.Tensor
-
-    @property
-    def n(self) -> int:
-        return len(self.y)
 
 
 def num_local_steps(fed: FederationSpec, n: int, epochs_scale: float = 1.0) -> int:
@@ -37,8 +27,12 @@ def batch_schedule(
 ) -> Iterator[torch.Tensor]:
     """`steps` index batches: successive seeded permutations cut into batches.
 
-    The last batch of each permutation may be short.
+    The last batch of each permutation may be short. A client without samples has no batch
+    to draw: n=0 raises ValueError (the engine never samples such a client, see
+    `TrainSetup.holders`) instead of looping forever.
     """
+    if n < 1:
+        raise ValueError(f"batch_schedule: a client with n={n} samples has no batch to draw")
     done = 0
     while done < steps:
         perm = torch.randperm(n, generator=gen)
@@ -70,6 +64,11 @@ def effective_steps(steps: int, momentum: float) -> float:
     return sum((1 - momentum ** (k + 1)) / (1 - momentum) for k in range(steps))
 
 
+def round_lr(fed: FederationSpec, round: int) -> float:
+    """The clients' learning rate in round `round` (0-based): lr decayed once per round."""
+    return fed.lr * fed.lr_decay**round
+
+
 def sgd(model: nn.Module, fed: FederationSpec, lr: float) -> torch.optim.SGD:
     return torch.optim.SGD(
         model.parameters(), lr=lr, momentum=fed.momentum, weight_decay=fed.weight_decay
@@ -84,10 +83,12 @@ def local_sgd(
     loss_fn: LossFn,
     before_step: GradHook | None = None,
     first_step: Callable[[nn.Module], torch.Tensor] | None = None,
+    after_step: GradHook | None = None,
 ) -> LocalStats:
     """Run SGD over `batches` of the client's data.
 
-    `before_step` may rewrite gradients (SCAFFOLD's correction); `first_step`, when given,
+    `before_step` may rewrite gradients (SCAFFOLD's correction), `after_step` the parameters
+    after each optimizer step (SCAFFOLD as its authors' code); `first_step`, when given,
     replaces the first step's forward/backward (FedTAN's synchronized step): it must set the
     gradients and return the loss.
     """
@@ -106,6 +107,8 @@ def local_sgd(
         if before_step is not None:
             before_step(model)
         optimizer.step()
+        if after_step is not None:
+            after_step(model)
         total += value
         steps += 1
     return LocalStats(steps, total / max(steps, 1))

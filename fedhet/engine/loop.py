@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +13,14 @@ import torch.nn.functional as F
 import zarr
 from torch import nn
 
-from fedhet.core.errors import DivergedError
+from fedhet.core import interrupts
+from fedhet.core.errors import DivergedError, Interrupted
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, Traffic, TrainSetup
-from fedhet.engine.local import Divergence
+from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, Traffic
+from fedhet.engine.executor import ClientExecutor, SequentialExecutor
+from fedhet.engine.local import Divergence, round_lr
+from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
 
 METRICS = (
@@ -60,6 +63,14 @@ def sample_clients(seed: int, round: int, num_clients: int, per_round: int) -> l
     return sorted(rng.choice(num_clients, size=per_round, replace=False).tolist())
 
 
+def sample_holders(seed: int, round: int, holders: list[int], per_round: int) -> list[int]:
+    """`per_round` of the clients in `holders` (those holding samples, `TrainSetup.holders`):
+    positions in that list drawn by `sample_clients`. Empty clients are left out before the
+    draw, so no round is short of clients; with every client a holder this is exactly
+    `sample_clients(seed, round, len(holders), per_round)`."""
+    return [holders[i] for i in sample_clients(seed, round, len(holders), per_round)]
+
+
 @dataclass
 class RunState:
     """Everything a checkpoint holds; the run continues exactly from it."""
@@ -72,6 +83,15 @@ class RunState:
     best_state: Tensors | None = None
     best_accuracy: float = -1.0
 
+    def snapshot(self) -> RunState:
+        """A copy that later rounds leave alone: they replace tensors, never change them in
+        place, so copying the containers is enough."""
+        return replace(
+            self,
+            client_states=dict(self.client_states),
+            metrics={name: list(values) for name, values in self.metrics.items()},
+        )
+
 
 class Checkpoints:
     """Run states saved as Zarr groups in the stage's partial area; the newest complete one wins."""
@@ -83,21 +103,36 @@ class Checkpoints:
         return self.folder / f"ckpt-{round:06d}.zarr"
 
     def save(self, state: RunState) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
         final = self.path(state.round)
         tmp = self.folder / f".tmp-{final.name}"
-        group = zarr.open_group(tmp, mode="w")
-        write_run_state(group, state)
-        tmp.rename(final)
-        for old in self.folder.glob("ckpt-*.zarr"):
-            if old != final:
-                _rmtree(old)
+        with interrupts.deferred():  # a checkpoint is written whole, or not at all
+            self.folder.mkdir(parents=True, exist_ok=True)
+            group = zarr.open_group(tmp, mode="w")
+            write_run_state(group, state)
+            tmp.rename(final)
+            for old in self.folder.glob("ckpt-*.zarr"):
+                if old != final:
+                    _rmtree(old)
+
+    def keep(self, state: RunState) -> None:
+        """Save `state` unless it is already saved."""
+        if not self.path(state.round).exists():
+            self.save(state)
+
+    def _newest(self) -> Path | None:
+        found = sorted(self.folder.glob("ckpt-*.zarr"))
+        return found[-1] if found else None
 
     def latest(self) -> RunState | None:
-        found = sorted(self.folder.glob("ckpt-*.zarr"))
-        if not found:
+        newest = self._newest()
+        if newest is None:
             return None
-        return read_run_state(zarr.open_group(found[-1], mode="r"), self.device)
+        return read_run_state(zarr.open_group(newest, mode="r"), self.device)
+
+    def latest_round(self) -> int | None:
+        """Rounds completed by the newest checkpoint (None without one), without loading it."""
+        newest = self._newest()
+        return None if newest is None else int(zarr.open_group(newest, mode="r").attrs["round"])
 
 
 def _rmtree(path: Path) -> None:
@@ -149,6 +184,13 @@ def write_metrics(group: zarr.Group, metrics: dict[str, list[float]]) -> None:
 RoundCallback = Callable[[int, dict[str, float]], None]
 
 
+class ClientDiverged(Exception):
+    """A client's local training diverged (raised through the executor; the round fails)."""
+
+    def __init__(self, client: int, divergence: Divergence):
+        super().__init__(f"client {client}: {divergence}")
+
+
 class Engine:
     def __init__(
         self,
@@ -157,13 +199,16 @@ class Engine:
         checkpoints: Checkpoints,
         checkpoint_every: int,
         on_round: RoundCallback | None = None,
+        executor: ClientExecutor | None = None,
     ):
         self.algorithm, self.setup = algorithm, setup
+        self.executor = executor or SequentialExecutor()
         self.spec = setup.spec
         self.checkpoints, self.checkpoint_every = checkpoints, checkpoint_every
         self.on_round = on_round or (lambda r, m: None)
         self.model = algorithm.build_model().to(setup.device)
         self.weights_all = np.asarray(setup.sizes, dtype=np.float64) / sum(setup.sizes)
+        self.holders = setup.holders  # only clients holding samples are ever sampled
 
     def initial_state(self) -> RunState:
         resumed = self.checkpoints.latest()
@@ -175,19 +220,23 @@ class Engine:
     def run(self, state: RunState | None = None) -> RunState:
         """Train from `state` (default: the latest checkpoint, or the start) to the last round."""
         state = state or self.initial_state()
-        for rnd in range(state.round, self.spec.federation.rounds):
-            self.run_round(rnd, state)
-            state.round = rnd + 1
-            if (
-                state.round % self.checkpoint_every == 0
-                and state.round < self.spec.federation.rounds
-            ):
-                self.checkpoints.save(state)
+        rounds = self.spec.federation.rounds
+        before = state.snapshot()
+        try:
+            for rnd in range(state.round, rounds):
+                before = state.snapshot()  # a round changes `state` in place, step by step
+                self.run_round(rnd, state)
+                state.round = rnd + 1
+                if state.round % self.checkpoint_every == 0 and state.round < rounds:
+                    self.checkpoints.save(state)
+        except Interrupted as stop:  # the round in progress is dropped; the ones before are kept
+            self.checkpoints.keep(before)
+            stop.where = f"at round {before.round + 1} of {rounds}"
+            raise
         return state
 
     def make_jobs(self, rnd: int, state: RunState, sampled: list[int]) -> list[ClientJob]:
-        fed = self.spec.federation
-        lr = fed.lr * fed.lr_decay**rnd
+        lr = round_lr(self.spec.federation, rnd)
         jobs = []
         for cid in sampled:
             model = self.model  # one model object is reused: each job loads the global state first
@@ -211,8 +260,8 @@ class Engine:
     def run_round(self, rnd: int, state: RunState) -> None:
         started = time.perf_counter()
         algo = self.algorithm
-        sampled = sample_clients(
-            self.spec.seed, rnd, len(self.setup.clients), self.spec.clients_per_round
+        sampled = sample_holders(
+            self.spec.seed, rnd, self.holders, self.setup.clients_per_round
         )
         weights = self.weights_all[sampled] / self.weights_all[sampled].sum()
         jobs = self.make_jobs(rnd, state, sampled)
@@ -221,13 +270,10 @@ class Engine:
         down = tensors.nbytes(algo.shared(state.global_state)) + tensors.nbytes(
             algo.download(state.server_state)
         )
-        results: list[ClientResult] = []
-        for job in jobs:
-            self.model.load_state_dict(state.global_state)
-            try:
-                results.append(algo.client_update(job))
-            except Divergence as err:
-                self.fail(rnd, state, f"client {job.client.id}: {err}")
+        try:
+            results = self.executor.map(self.train_client, jobs)
+        except ClientDiverged as diverged:
+            self.fail(rnd, state, str(diverged))
         server_state = tensors.clone(state.server_state)  # aggregate may update it in place
         new_global = algo.aggregate(state.global_state, server_state, results, weights.tolist())
         if not tensors.all_finite(new_global):
@@ -236,10 +282,17 @@ class Engine:
         state.client_states.update({job.client.id: job.client_state for job in jobs})
         self.record(rnd, state, new_global, results, len(jobs) * down, traffic, started)
 
+    def train_client(self, job: ClientJob) -> ClientResult:
+        """One client's local training from the global state: what the executor runs per job."""
+        job.model.load_state_dict(job.global_state)
+        try:
+            return self.algorithm.client_update(job)
+        except Divergence as err:
+            raise ClientDiverged(job.client.id, err) from err
+
     def fail(self, rnd: int, state: RunState, what: str) -> None:
         # `state` is still the state before this round: keep it (and the metrics so far)
-        if not self.checkpoints.path(state.round).exists():
-            self.checkpoints.save(state)
+        self.checkpoints.keep(state)
         raise DivergedError(
             f"round {rnd + 1}: {what}; metrics so far kept in {self.checkpoints.folder} "
             "(lower federation.lr)",

@@ -22,7 +22,7 @@ from fedhet.core.sections import AlgorithmSpec
 if TYPE_CHECKING:
     from fedhet.core.pipeline import StageNode
     from fedhet.core.spec import Spec
-    from fedhet.engine.algorithm import TrainSetup
+    from fedhet.engine.setup import TrainSetup
 
 
 class LocalObjective(Protocol):

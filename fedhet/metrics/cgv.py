@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedhet.core.errors import InputError
-from fedhet.engine.local import ClientData
+from fedhet.data.clients import ClientData
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 

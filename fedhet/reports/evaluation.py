@@ -1,16 +1,22 @@
-"""`fedhet eval`: global, per-class and per-client accuracy of a trained run's model(s)."""
+"""`fedhet eval`: global, per-class and per-client accuracy of a run's final or best model."""
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 import numpy as np
 import torch
 import zarr
 
+from fedhet.core import registry
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext
 from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensors
+from fedhet.engine.algorithm import ModelChoice, make_algorithm
 from fedhet.engine.loop import evaluate, read_client_states
+from fedhet.engine.setup import build_setup
+from fedhet.metrics.accuracy import Scores, class_accuracies
 from fedhet.metrics.cgv import client_gradient_variance
 from fedhet.runs import Run
 
@@ -21,33 +27,64 @@ def per_class_accuracy(
 ) -> list[float]:
     model.eval()
     logits = [model(x[i : i + 1000])[:, :num_classes] for i in range(0, len(y), 1000)]
-    pred = torch.cat(logits).argmax(1)
-    return [
-        float((pred[y == c] == c).float().mean()) if (y == c).any() else float("nan")
-        for c in range(num_classes)
-    ]
+    return class_accuracies(torch.cat(logits).argmax(1), y, num_classes)
 
 
 def evaluate_run(
-    run: Run, group: zarr.Group, store: ArtifactStore | None = None, cgv: bool = False
+    run: Run,
+    group: zarr.Group,
+    store: ArtifactStore | None = None,
+    cgv: bool = False,
+    model: ModelChoice = "final",
 ) -> dict:
-    """Accuracy of the run's final model; with `cgv`, also its client gradient variance.
+    """Scores of the run's `model` (final or best); with `cgv`, also the client gradient
+    variance of its final network (None for a method whose model is no network, like TCT's).
+
+    A method whose final artifact holds no network scores it itself (Algorithm.score_artifact);
+    the same fields come back for every method.
+    """
+    ctx = RunContext(run.spec, store or ArtifactStore())
+    scores = registry.algorithm(run.spec.algorithm.name).score_artifact(ctx, run.node, group, model)
+    variance = None
+    if scores is None:
+        scores, variance = network_scores(run, ctx, group, model, cgv)
+    report = {
+        "algorithm": run.algorithm_label,
+        "setting": run.setting_label,
+        "seed": run.spec.seed,
+        "key": run.node.key,
+        "model": model,
+        **asdict(scores),
+    }
+    if cgv:
+        report["cgv"] = variance
+    return report
+
+
+def network_scores(
+    run: Run, ctx: RunContext, group: zarr.Group, which: ModelChoice, cgv: bool
+) -> tuple[Scores, dict[str, float] | None]:
+    """Scores of a train artifact's network, and with `cgv` the client gradient variance of its
+    final model.
 
     For personalized algorithms (FedBN, SiloBN) the global figures are means over the clients'
-    own models, as during training, and each client is scored with its own model.
+    own models, as during training, and each client is scored with its own model (NaN for a
+    client without samples).
     """
-    from fedhet.engine.train_stage import build_setup, make_algorithm
-
     if "model" not in group:
         raise InputError(
             f"{run.node.stage} artifacts hold no model to evaluate; eval needs a train stage"
         )
-    ctx = RunContext(run.spec, store or ArtifactStore())
     setup = build_setup(run.spec, ctx.upstream(run.node, "partition"))
     clients = list(setup.clients)  # an algorithm may replace them (centralized: their union)
     algorithm = make_algorithm(run.spec, setup)
+    if which == "best" and algorithm.personalized:
+        raise InputError(
+            f"--model best: {run.algorithm_label} keeps each client's own model entries, stored "
+            "for the final round only; use --model final"
+        )
     model = algorithm.build_model().to(setup.device)
-    final = tensors.load(group["model"], "final", setup.device)
+    chosen = tensors.load(group["model"], which, setup.device)
     own = read_client_states(group["model"], setup.device) if "clients" in group["model"] else {}
     ds = setup.dataset
 
@@ -59,23 +96,21 @@ def evaluate_run(
         )
 
     tested = [
-        scores(state, ds.test_x, ds.test_y) for state in algorithm.evaluation_states(final, own)
+        scores(state, ds.test_x, ds.test_y) for state in algorithm.evaluation_states(chosen, own)
     ]
     accuracies, losses, per_class = zip(*tested, strict=True)
-    report = {
-        "algorithm": run.algorithm_label,
-        "setting": run.setting_label,
-        "seed": run.spec.seed,
-        "key": run.node.key,
-        "accuracy": float(np.mean(accuracies)),
-        "loss": float(np.mean(losses)),
-        "per_class": np.nanmean(np.asarray(per_class), axis=0).tolist(),
-        "per_client": [
-            scores(algorithm.evaluation_states(final, {c.id: own.get(c.id, {})})[0], c.x, c.y)[0]
+    result = Scores(
+        accuracy=float(np.mean(accuracies)),
+        loss=float(np.mean(losses)),
+        per_class=np.nanmean(np.asarray(per_class), axis=0).tolist(),
+        per_client=[
+            scores(algorithm.evaluation_states(chosen, {c.id: own.get(c.id, {})})[0], c.x, c.y)[0]
+            if c.n
+            else float("nan")
             for c in clients
         ],
-    }
-    if cgv:
-        model.load_state_dict(final)
-        report["cgv"] = client_gradient_variance(model, clients)
-    return report
+    )
+    if not cgv:
+        return result, None
+    model.load_state_dict(tensors.load(group["model"], "final", setup.device))
+    return result, client_gradient_variance(model, clients)

@@ -1,12 +1,16 @@
 """Paper-style reports of a matrix spec: markdown tables (accuracy, rounds to target, cost per
-round) and per-round curves (test accuracy and weight divergence)."""
+round) and per-round curves (test accuracy and weight divergence).
+
+A table cell summarizes one group of runs: runs whose configurations differ only in the seed
+(`Run.group`). Rows and columns are the groups' labels, which are unique per group, so two
+configurations are never averaged together.
+"""
 
 from __future__ import annotations
 
 import math
-import platform
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -14,12 +18,13 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from fedhet.core import provenance
 from fedhet.core.errors import DivergedError
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 from fedhet.metrics.summary import rounds_to_reach
 from fedhet.reports.plots import metric_curves
-from fedhet.runs import execute, result_row, runs_of, stored_metrics
+from fedhet.runs import Run, result, result_row, stored_metrics
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
 
@@ -32,115 +37,150 @@ def _mean(values) -> float:
 
 
 def _percent(values: list[float]) -> str:
-    values = [v for v in values if not math.isnan(v)]
-    if not values:
+    """Mean ± standard deviation (np.std: ddof=0) in % of the measured values, and how many
+    seeds the cell holds; no ± for a single value."""
+    measured = [v for v in values if not math.isnan(v)]
+    if not measured:
+        return f"- (n={len(values)})"
+    mean = f"{100 * float(np.mean(measured)):.2f}"
+    if len(measured) > 1:
+        mean += f" ± {100 * float(np.std(measured)):.2f}"
+    return f"{mean} (n={len(values)})"
+
+
+def _rounds(values: list[int | str | None]) -> str:
+    """Mean rounds over the runs that reached the target, and how many of how many did."""
+    if None in values:  # no target: the reference algorithm did not run in this setting
         return "-"
-    mean = 100 * float(np.mean(values))
-    if len(values) == 1:
-        return f"{mean:.2f}"
-    return f"{mean:.2f} ± {100 * float(np.std(values)):.2f}"
-
-
-def _rounds(values: list[int | str]) -> str:
-    """Mean rounds over the runs that reached the target, and how many did."""
     reached = [v for v in values if v != "never"]
-    if not reached:
-        return "never"
-    mean = f"{float(np.mean(reached)):.1f}"
-    return mean if len(reached) == len(values) else f"{mean} ({len(reached)}/{len(values)})"
+    mean = f"{float(np.mean(reached)):.1f}" if reached else "never"
+    return f"{mean} ({len(reached)}/{len(values)})"
 
 
-def collect(spec: Spec, store: ArtifactStore, console: Console) -> list[dict]:
-    """One row per run. A run that diverges is a result too: its row holds the rounds before
-    the divergence and `diverged` (the round), and the other runs go on."""
-    rows = []
-    for run in runs_of(spec):
+def collect(runs: list[Run], store: ArtifactStore, console: Console, train: bool) -> list[dict]:
+    """One row per run (runs with the same key count once). Without `train` every run must be
+    stored (see `runs.require_stored`). A run that diverges is a result too: its row holds the
+    rounds before the divergence and `diverged` (the round), and the other runs go on."""
+    rows, seen = [], set()
+    for run in runs:
+        if run.node.key in seen:  # e.g. a matrix over a runtime setting: the same computation
+            continue
+        seen.add(run.node.key)
+        environment = None
         try:
-            metrics, diverged = stored_metrics(execute(run, store)), None
+            group = result(run, store, train)
+            metrics, diverged = stored_metrics(group), None
+            environment = group.attrs.get("environment")
         except DivergedError as error:
             metrics, diverged = error.metrics, error.round_number
-            console.print(
-                f"{run.algorithm_label}, {run.setting_label}, seed {run.spec.seed}: {error}"
-            )
+            console.print(f"{run.label}: {error}", markup=False, soft_wrap=True)
         row = result_row(run, metrics)
-        row["metrics"] = {name: np.asarray(values, dtype=float) for name, values in metrics.items()}
-        row["diverged"] = diverged
+        row.update(
+            group=run.group,
+            key=run.node.key,
+            metrics={name: np.asarray(values, dtype=float) for name, values in metrics.items()},
+            diverged=diverged,
+            environment=environment,
+            environment_changes=provenance.changes(environment, run.spec.runtime),
+        )
         rows.append(row)
+    _announce_other_environments(rows, console)
     return rows
+
+
+def _announce_other_environments(rows: list[dict], console: Console) -> None:
+    """One line when some results were computed under another environment than this one."""
+    changed = [r["environment_changes"] for r in rows if r["environment_changes"]]
+    if changed:
+        what = ", ".join(dict.fromkeys(change for changes in changed for change in changes))
+        console.print(
+            f"{len(changed)} of {len(rows)} runs were computed under another environment: "
+            f"{what}; the report lists the environments",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+def cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(algorithm, setting) -> the rows of the one group with those labels."""
+    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    owner: dict[tuple[str, str], str] = {}
+    for r in rows:
+        label = r["algorithm"], r["setting"]
+        if owner.setdefault(label, r["group"]) != r["group"]:
+            raise ValueError(f"two configurations share the labels {label}; they must not mix")
+        grouped[label].append(r)
+    return grouped
 
 
 def with_rounds_to_reference(rows: list[dict]) -> tuple[list[dict], str]:
     """Each row plus `rounds_to_reference`: rounds to the mean best accuracy of the matrix's
     first algorithm in the same setting (the papers' "speedup" column)."""
     reference = rows[0]["algorithm"]
-    bests: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        if r["algorithm"] == reference:
-            bests[r["setting"]].append(r["best_accuracy"])
-    targets = {setting: _mean(values) for setting, values in bests.items()}
+    targets = {
+        setting: _mean([r["best_accuracy"] for r in group])
+        for (algorithm, setting), group in cells(rows).items()
+        if algorithm == reference
+    }
     out = []
     for r in rows:
-        reached = rounds_to_reach(r["metrics"]["test_accuracy"], targets[r["setting"]])
-        out.append({**r, "rounds_to_reference": "never" if reached is None else reached})
+        rounds: int | str | None = None
+        if r["setting"] in targets:
+            rounds = rounds_to_reach(r["metrics"]["test_accuracy"], targets[r["setting"]])
+            rounds = "never" if rounds is None else rounds
+        out.append({**r, "rounds_to_reference": rounds})
     return out, reference
 
 
 def markdown_table(
     rows: list[dict], metric: str = "best_accuracy", cell: Callable[[list], str] = _percent
 ) -> str:
-    """Algorithms x settings, each cell summarizing `metric` over the seeds."""
-    settings = list(dict.fromkeys(r["setting"] for r in rows))
-    algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
-    cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for r in rows:
-        cells[r["algorithm"], r["setting"]].append(r)
+    """Algorithms x settings, each cell summarizing `metric` over the seeds of one group."""
+    grouped = cells(rows)
+    settings = list(dict.fromkeys(setting for _, setting in grouped))
+    algorithms = list(dict.fromkeys(algorithm for algorithm, _ in grouped))
     lines = ["| algorithm | " + " | ".join(settings) + " |", "|---" * (len(settings) + 1) + "|"]
     for algo in algorithms:
-        texts = [
-            cell([r[metric] for r in cells[algo, s]]) + _diverged(cells[algo, s]) for s in settings
-        ]
+        texts = [_cell(grouped.get((algo, s), []), metric, cell) for s in settings]
         lines.append(f"| {algo} | " + " | ".join(texts) + " |")
     return "\n".join(lines)
 
 
-def _diverged(runs: list[dict]) -> str:
-    count = sum(r["diverged"] is not None for r in runs)
-    return f" † {count}/{len(runs)}" if count else ""
+def _cell(group: list[dict], metric: str, cell: Callable[[list], str]) -> str:
+    if not group:  # a combination the matrix does not have
+        return "-"
+    diverged = sum(r["diverged"] is not None for r in group)
+    mark = f" † {diverged}/{len(group)}" if diverged else ""
+    return cell([r[metric] for r in group]) + mark
 
 
 def cost_table(rows: list[dict]) -> str:
-    """Mean cost of one round per algorithm and setting; wall time also relative to the
-    setting's first algorithm."""
-    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for r in rows:
-        grouped[r["algorithm"], r["setting"]].append(r["metrics"])
-    per_round = {
-        key: {
-            name: _mean([_mean(m[name]) for m in runs])
-            for name in ("wall_time", "bytes_up", "bytes_down", "comm_rounds")
-        }
-        for key, runs in grouped.items()
-    }
+    """Mean cost of one round per group; wall time also relative to the setting's first
+    algorithm."""
     first_of_setting: dict[str, float] = {}
     lines = [
-        "| algorithm | setting | s / round | x first | MB up / round | MB down / round "
+        "| algorithm | setting | seeds | s / round | x first | MB up / round | MB down / round "
         "| round trips / round |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for (algo, setting), cost in per_round.items():
+    for (algo, setting), group in cells(rows).items():
+        cost = {
+            name: _mean([_mean(r["metrics"][name]) for r in group])
+            for name in ("wall_time", "bytes_up", "bytes_down", "comm_rounds")
+        }
         base = first_of_setting.setdefault(setting, cost["wall_time"])
         lines.append(
-            f"| {algo} | {setting} | {cost['wall_time']:.3f} | {cost['wall_time'] / base:.2f} "
-            f"| {cost['bytes_up'] / 1e6:.3f} | {cost['bytes_down'] / 1e6:.3f} "
-            f"| {cost['comm_rounds']:.1f} |"
+            f"| {algo} | {setting} | {len(group)} | {cost['wall_time']:.3f} "
+            f"| {cost['wall_time'] / base:.2f} | {cost['bytes_up'] / 1e6:.3f} "
+            f"| {cost['bytes_down'] / 1e6:.3f} | {cost['comm_rounds']:.1f} |"
         )
     return "\n".join(lines)
 
 
 def per_seed_table(rows: list[dict]) -> str:
     lines = [
-        "| algorithm | setting | seed | best | final | rounds to target |",
-        "|---|---|---|---|---|---|",
+        "| algorithm | setting | seed | best | final | rounds to target | key |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         final = f"{100 * r['final_accuracy']:.2f}"
@@ -148,38 +188,54 @@ def per_seed_table(rows: list[dict]) -> str:
             final = f"diverged in round {r['diverged']}"
         lines.append(
             f"| {r['algorithm']} | {r['setting']} | {r['seed']} | {100 * r['best_accuracy']:.2f} "
-            f"| {final} | {r.get('rounds_to_target', '-')} |"
+            f"| {final} | {r.get('rounds_to_target', '-')} | {r['key'][:12]} |"
         )
     return "\n".join(lines)
 
 
 def mean_curves(rows: list[dict], metric: str) -> dict[str, dict[str, np.ndarray]]:
-    """curves[setting][algorithm] = the metric per round, averaged over seeds."""
-    grouped: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
+    """curves[setting][algorithm] = the metric per round, averaged over the group's seeds."""
     rounds = max(len(r["metrics"][metric]) for r in rows)
-    for r in rows:  # a diverged run's curve ends early: NaN after its end
-        values = r["metrics"][metric]
-        padded = np.pad(values, (0, rounds - len(values)), constant_values=np.nan)
-        grouped[r["setting"]][r["algorithm"]].append(padded)
+    curves: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
     with warnings.catch_warnings():  # a metric a method does not measure is all NaN
         warnings.simplefilter("ignore", RuntimeWarning)
-        return {
-            s: {a: np.nanmean(np.stack(c), axis=0) for a, c in algos.items()}
-            for s, algos in grouped.items()
-        }
+        for (algorithm, setting), group in cells(rows).items():
+            padded = [  # a diverged run's curve ends early: NaN after its end
+                np.pad(v, (0, rounds - len(v)), constant_values=np.nan)
+                for v in (r["metrics"][metric] for r in group)
+            ]
+            curves[setting][algorithm] = np.nanmean(np.stack(padded), axis=0)
+    return dict(curves)
+
+
+def environments(rows: list[dict]) -> str:
+    """The distinct environments the rows were computed in, with how many runs each."""
+    counts = Counter(
+        "not stored (diverged)"
+        if r["diverged"] is not None
+        else provenance.summary(r["environment"])
+        for r in rows
+    )
+    return "\n".join(f"- {env}: {n} run{'s' if n != 1 else ''}" for env, n in counts.most_common())
 
 
 def write_report(
-    spec: Spec, store: ArtifactStore, out_dir: Path, console: Console | None = None
+    spec: Spec,
+    runs: list[Run],
+    store: ArtifactStore,
+    out_dir: Path,
+    console: Console | None = None,
+    train: bool = False,
 ) -> tuple[Path, Path]:
-    rows = collect(spec, store, console or Console(stderr=True))
+    rows = collect(runs, store, console or Console(stderr=True), train)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, png = out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.png"
     metric_curves({label: mean_curves(rows, m) for m, label in CURVES.items()}, png, spec.name)
     header = (
         f"# {spec.name}\n\n{spec.description.strip()}\n\n"
-        f"Best test accuracy (%), mean ± std over seeds. Generated {date.today()} on "
-        f"{platform.machine()} ({platform.system()}) by `fedhet report`.\n\n"
+        f"Best test accuracy (%): mean ± standard deviation over seeds (np.std, ddof=0; no ± for "
+        f"one seed), n = the number of seeds. Generated {date.today()} by `fedhet report` from "
+        f"runs computed in:\n\n{environments(rows)}\n\n"
     )
     if any(r["diverged"] is not None for r in rows):
         header += (
@@ -191,14 +247,14 @@ def write_report(
     if target is not None:
         sections.append(
             f"## Rounds to {100 * target:.2f}% test accuracy\n\nMean over the seeds that reached "
-            "it (how many did, when not all).\n\n"
+            "it (k/n: k of the cell's n seeds did).\n\n"
             + markdown_table(rows, "rounds_to_target", _rounds)
         )
     rows, reference = with_rounds_to_reference(rows)
     sections.append(
         f"## Rounds to {reference}'s best accuracy\n\nRounds until the test accuracy first "
         f"reaches {reference}'s mean best accuracy (over seeds) in the same setting; mean over "
-        "the seeds that reached it (how many did, when not all).\n\n"
+        "the seeds that reached it (k/n: k of the cell's n seeds did).\n\n"
         + markdown_table(rows, "rounds_to_reference", _rounds)
     )
     sections += [

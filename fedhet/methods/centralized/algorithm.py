@@ -1,28 +1,31 @@
 """Centralized training: the same model on the union of the clients' data.
 
 Each round processes as many samples as a federated round does (local epochs scaled by the
-fraction of clients sampled per round), so the number of sample-steps matches.
+fraction of clients sampled per round, among those holding samples), so the number of
+sample-steps matches.
 """
 
-from typing import Literal
 
 import torch
 
 from fedhet.core.spec import AlgorithmSpec
-from fedhet.engine.algorithm import Algorithm, ClientJob, TrainSetup
-from fedhet.engine.local import ClientData, num_local_steps
+from fedhet.data.clients import ClientData
+from fedhet.engine.algorithm import Algorithm, ClientJob
+from fedhet.engine.local import num_local_steps
+from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
+from fedhet.methods.centralized.config import CentralizedConfig
 
 
 class Centralized(Algorithm):
     name = "centralized"
 
-    class Config(AlgorithmSpec):
-        name: Literal["centralized"] = "centralized"
+    Config = CentralizedConfig
 
     def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
         super().__init__(config, setup)
-        self.fraction = setup.spec.clients_per_round / len(setup.clients)
+        self.per_round = setup.clients_per_round  # before the clients become their union
+        self.fraction = self.per_round / len(setup.holders)
         union = ClientData(
             0,
             torch.cat([c.x for c in setup.clients]),
@@ -35,6 +38,5 @@ class Centralized(Algorithm):
 
     def local_steps(self, job: ClientJob) -> int:
         if self.fed.local_steps is not None:
-            per_round = self.setup.spec.clients_per_round
-            return self.fed.local_steps * per_round
+            return self.fed.local_steps * self.per_round
         return num_local_steps(self.fed, job.client.n, self.fraction)

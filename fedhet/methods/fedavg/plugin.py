@@ -1,6 +1,9 @@
-"""Registers fedavg with fedhet (entry point `fedhet.methods`)."""
+"""Registers fedavg with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
-from fedhet.methods.fedavg.algorithm import FedAvg
+from fedhet.core.registry import AlgorithmEntry, Method
+from fedhet.methods.fedavg.config import FedAvgConfig
 
-METHOD = Method("fedavg", algorithms=(FedAvg,))
+METHOD = Method(
+    "fedavg",
+    algorithms=(AlgorithmEntry(FedAvgConfig, "fedhet.methods.fedavg.algorithm:FedAvg"),),
+)

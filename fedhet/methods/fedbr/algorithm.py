@@ -17,61 +17,24 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import nn
 
 from fedhet.core.pipeline import StageNode
 from fedhet.core.rng import derive_seed, torch_generator
-from fedhet.core.spec import AlgorithmSpec, FederationSpec, Spec
+from fedhet.core.spec import FederationSpec, Spec
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, TrainSetup
+from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult
 from fedhet.engine.local import Divergence, LocalStats
+from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
-from fedhet.methods.fedbr.pseudo import PseudoSpec, draw, mix_with_local, uniform_labels
+from fedhet.engine.train_plan import train_node
+from fedhet.methods.fedbr.config import FedBRConfig
+from fedhet.methods.fedbr.pseudo import draw, mix_with_local, uniform_labels
 from fedhet.methods.fedbr.pseudo_stage import load_pseudo, pools, pseudo_node, round_generator
 from fedhet.models import FedModel
-
-_VARIANTS = {
-    (True, True): "FedBR",
-    (True, False): "FedBR component 1",
-    (False, True): "FedBR component 2",
-    (False, False): "FedBR without components",
-}
-
-
-class FedBRConfig(AlgorithmSpec):
-    name: Literal["fedbr"] = "fedbr"
-    pseudo: PseudoSpec = PseudoSpec()
-    debias_classifier: bool = Field(True, description="component 1: CE(pseudo, uniform)")
-    debias_features: bool = Field(True, description="component 2: adversarial L_con")
-    max_step: bool = Field(True, description="component 2's max step (ablation: false)")
-    lam: float = Field(1.0, ge=0, description="lambda, weight of the pseudo-data CE")
-    mu: float = Field(0.5, ge=0, description="weight of L_con")
-    tau1: float = Field(2.0, gt=0, description="L_con temperature of the positive pair (Eq. 5)")
-    tau2: float = Field(2.0, gt=0, description="L_con temperature of the negative pairs (Eq. 6)")
-    projection_width: int = Field(256, ge=1)
-    projection_dim: int = Field(128, ge=1)
-
-    @property
-    def uses_pseudo(self) -> bool:
-        return self.debias_classifier or self.debias_features
-
-    def base_label(self) -> str:
-        label = _VARIANTS[self.debias_classifier, self.debias_features]
-        if self.debias_features and not self.max_step:
-            label += " w/o max step"
-        if self.uses_pseudo and self.pseudo.kind == "mixture":
-            label += " (mixture)"
-        if self.uses_pseudo and self.pseudo.refresh == "round":
-            label += " (pseudo-data each round)"
-        if self.debias_features and (self.tau1, self.tau2) != (2.0, 2.0):
-            label += f" (tau {self.tau1:g}/{self.tau2:g})"
-        return label
-
 
 # --- model ------------------------------------------------------------------------------
 
@@ -229,8 +192,6 @@ class FedBR(Algorithm):
 
     @classmethod
     def plan(cls, spec: Spec) -> StageNode:
-        from fedhet.engine.train_stage import train_node
-
         config = spec.algorithm
         if not config.uses_pseudo:
             return train_node(spec)

@@ -1,7 +1,10 @@
-"""Registers fedbr with fedhet (entry point `fedhet.methods`)."""
+"""Registers fedbr with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
-from fedhet.methods.fedbr import pseudo_stage  # noqa: F401  (registers the stage)
-from fedhet.methods.fedbr.algorithm import FedBR
+from fedhet.core.registry import AlgorithmEntry, Method
+from fedhet.methods.fedbr.config import FedBRConfig
 
-METHOD = Method("fedbr", algorithms=(FedBR,))
+METHOD = Method(
+    "fedbr",
+    algorithms=(AlgorithmEntry(FedBRConfig, "fedhet.methods.fedbr.algorithm:FedBR"),),
+    stages=("fedhet.methods.fedbr.pseudo_stage",),
+)

@@ -14,29 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 
 from fedhet.core.errors import InputError
-from fedhet.core.spec import DatasetName, Section
-
-
-class PseudoSpec(Section):
-    """How FedBR's pseudo-data is built and shared."""
-
-    kind: Literal["rsm", "mixture"] = "rsm"
-    size: int | None = Field(
-        None, ge=1, description="pseudo samples; default one batch (federation.batch_size)"
-    )
-    subset: int = Field(10, ge=1, description="samples averaged into one RSM sample")
-    proxy: DatasetName = Field("digits", description="mixture: the proxy dataset")
-    mix: int = Field(1, ge=0, description="mixture: K local samples mixed into each (Eq. 4)")
-    refresh: Literal["once", "round"] = Field(
-        "once", description="once: sent at the start; round: regenerated every round"
-    )
 
 
 @dataclass

@@ -20,7 +20,9 @@ from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition_stage import partition_node
-from fedhet.methods.fedbr.pseudo import PseudoSpec, draw, uniform_labels
+from fedhet.engine.setup import build_setup
+from fedhet.methods.fedbr.config import PseudoSpec
+from fedhet.methods.fedbr.pseudo import draw, uniform_labels
 
 VERSION = 1
 
@@ -60,8 +62,6 @@ def round_generator(seed: int, rnd: int) -> torch.Generator:
 
 @stage("pseudo")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
-    from fedhet.engine.train_stage import build_setup
-
     spec, config = ctx.spec, node.config
     ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
     client_x = []

@@ -5,21 +5,18 @@ for SGD with momentum rho (a_i = tau_i without momentum); x <- x - tau_eff sum_i
 tau_eff = sum_i p_i a_i. With equal local steps this is exactly FedAvg.
 """
 
-from typing import Literal
 
-from fedhet.core.sections import AlgorithmSpec
 from fedhet.engine import tensors
 from fedhet.engine.algorithm import Algorithm
 from fedhet.engine.local import effective_steps
+from fedhet.methods.fednova.config import FedNovaConfig
 
 
 class FedNova(Algorithm):
     name = "fednova"
 
-    accepts_objectives = True
 
-    class Config(AlgorithmSpec):
-        name: Literal["fednova"] = "fednova"
+    Config = FedNovaConfig
 
     def aggregate(self, global_state, server_state, results, weights):
         a = [effective_steps(r.stats.steps, self.fed.momentum) for r in results]

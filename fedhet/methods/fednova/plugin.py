@@ -1,6 +1,9 @@
-"""Registers fednova with fedhet (entry point `fedhet.methods`)."""
+"""Registers fednova with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
-from fedhet.methods.fednova.algorithm import FedNova
+from fedhet.core.registry import AlgorithmEntry, Method
+from fedhet.methods.fednova.config import FedNovaConfig
 
-METHOD = Method("fednova", algorithms=(FedNova,))
+METHOD = Method(
+    "fednova",
+    algorithms=(AlgorithmEntry(FedNovaConfig, "fedhet.methods.fednova.algorithm:FedNova"),),
+)

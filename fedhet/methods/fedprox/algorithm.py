@@ -1,23 +1,18 @@
 """FedProx: FedAvg with the proximal term mu/2 ||w - w_global||^2 in the local objective."""
 
-from typing import Literal
 
 import torch
-from pydantic import Field
 from torch import nn
 
-from fedhet.core.sections import AlgorithmSpec
 from fedhet.engine.algorithm import Algorithm, ClientJob
+from fedhet.methods.fedprox.config import FedProxConfig
 
 
 class FedProx(Algorithm):
     name = "fedprox"
 
-    accepts_objectives = True
 
-    class Config(AlgorithmSpec):
-        name: Literal["fedprox"] = "fedprox"
-        mu: float = Field(0.01, ge=0)
+    Config = FedProxConfig
 
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor

@@ -23,19 +23,26 @@ from __future__ import annotations
 
 import dataclasses
 from functools import cached_property
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedhet.core.errors import InputError
 from fedhet.core.spec import AlgorithmSpec
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, Traffic, TrainSetup
+from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, Traffic
+from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
+from fedhet.methods.fedtan.config import (
+    FedAvgAlgorithm2Config,
+    FedBNConfig,
+    FedTANConfig,
+    FedTANIIConfig,
+    SiloBNConfig,
+)
 from fedhet.methods.fedtan.sync_bn import Mode, SyncResult, bn_layers, synchronized_gradients
 
 
@@ -77,11 +84,7 @@ class FedTAN(_BatchNormAlgorithm):
     name = "fedtan"
     mode: ClassVar[Mode] = "fedtan"
 
-    class Config(AlgorithmSpec):
-        name: Literal["fedtan"] = "fedtan"
-
-        def base_label(self) -> str:
-            return "FedTAN"
+    Config = FedTANConfig
 
     def synchronized_first_step(
         self, round: int, model: nn.Module, jobs: list[ClientJob], weights: list[float]
@@ -108,11 +111,7 @@ class FedAvgAlgorithm2(FedTAN):
     name = "fedavg_alg2"
     mode: ClassVar[Mode] = "forward_only"
 
-    class Config(AlgorithmSpec):
-        name: Literal["fedavg_alg2"] = "fedavg_alg2"
-
-        def base_label(self) -> str:
-            return "FedAvg+Algorithm 2"
+    Config = FedAvgAlgorithm2Config
 
 
 @dataclasses.dataclass
@@ -154,15 +153,7 @@ class FedTANII(FedTAN):
 
     name = "fedtan_ii"
 
-    class Config(AlgorithmSpec):
-        name: Literal["fedtan_ii"] = "fedtan_ii"
-        sync_rounds: int = Field(50, ge=1, description="M: FedTAN rounds before BN stats freeze")
-        frozen_lr_scale: float = Field(
-            0.1, gt=0, le=1, description="lr multiplier once frozen (paper, MNIST: 0.5 -> 0.05)"
-        )
-
-        def base_label(self) -> str:
-            return f"FedTAN-II (M={self.sync_rounds})"
+    Config = FedTANIIConfig
 
     def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
         super().__init__(config, setup)
@@ -244,22 +235,12 @@ class FedBN(_LocalBatchNorm):
     name = "fedbn"
     local_parameters = True
 
-    class Config(AlgorithmSpec):
-        name: Literal["fedbn"] = "fedbn"
-
-        def base_label(self) -> str:
-            return "FedBN"
+    Config = FedBNConfig
 
 
 class SiloBN(_LocalBatchNorm):
     name = "silobn"
     local_parameters = False
 
-    class Config(AlgorithmSpec):
-        name: Literal["silobn"] = "silobn"
+    Config = SiloBNConfig
 
-        def base_label(self) -> str:
-            return "SiloBN"
-
-
-FEDTAN_ALGORITHMS = (FedTAN, FedAvgAlgorithm2, FedTANII, FedBN, SiloBN)

@@ -1,34 +1,35 @@
-"""SCAFFOLD (Karimireddy et al.), option II control variates.
+"""SCAFFOLD (Karimireddy et al.), option II control variates, in two forms (`correction`).
 
-c_i+ = c_i - c + (x - y_i) / (a_i lr): the client's mean corrected gradient over the round.
-a_i is the number of local steps for plain SGD; with momentum it is FedNova's effective step
-count, since momentum scales the displacement by up to 1 / (1 - rho) (dividing by the step
-count alone would inflate c_i by that factor and over-correct).
+- `gradient` (default): the correction c - c_i is added to every gradient before the
+  optimizer step, and c_i+ = c_i - c + (x - y_i) / (a_i lr) with a_i the number of local steps
+  for plain SGD, or FedNova's effective step count under momentum (momentum scales the
+  displacement by up to 1 / (1 - rho); dividing by the step count alone would inflate c_i by
+  that factor and over-correct).
+- `after_step`: the authors' code that VHL's and FedImpro's papers ran their baselines with
+  (NIID-Bench's form): after each optimizer step, param -= lr (c - c_i), so momentum never
+  sees the correction, and c_i+ = c_i - c + (x - y_i) / (K lr) with K the local step count.
 
 Invariant kept by `aggregate`: the server control c equals sum_i p_i c_i over ALL clients
 (p_i = n_i / n), so under full participation the corrections c_i - c sum (p-weighted) to zero.
 """
 
-from typing import Literal
+from collections.abc import Iterator
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from fedhet.core.sections import AlgorithmSpec
 from fedhet.engine import tensors
 from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult
 from fedhet.engine.local import effective_steps
 from fedhet.engine.tensors import Tensors
+from fedhet.methods.scaffold.config import ScaffoldConfig
 
 
 class Scaffold(Algorithm):
     name = "scaffold"
     revision = 1  # 1: momentum-aware control variates
 
-    accepts_objectives = True
-
-    class Config(AlgorithmSpec):
-        name: Literal["scaffold"] = "scaffold"
+    Config = ScaffoldConfig
 
     def init_server_state(self, global_state: Tensors) -> Tensors:
         params = {k: v for k, v in global_state.items() if k in self.param_names}
@@ -38,20 +39,38 @@ class Scaffold(Algorithm):
         return server_state
 
     def before_step(self, job: ClientJob, model: nn.Module) -> None:
+        if self.config.correction == "gradient":
+            for p, correction in self._corrections(job, model):
+                if p.grad is not None:
+                    p.grad.add_(correction)
+
+    @torch.no_grad()
+    def after_step(self, job: ClientJob, model: nn.Module) -> None:
+        if self.config.correction == "after_step":
+            for p, correction in self._corrections(job, model):
+                p.sub_(correction, alpha=job.lr)
+
+    def _corrections(self, job: ClientJob, model: nn.Module) -> Iterator[tuple[Tensor, Tensor]]:
+        """(parameter, c - c_i) for every parameter of the model."""
         c, c_i = job.server_state, self._client_control(job)
         for name, p in model.named_parameters():
-            if p.grad is not None:
-                p.grad.add_(c[name] - c_i[name])
+            yield p, c[name] - c_i[name]
 
     def _client_control(self, job: ClientJob) -> Tensors:
         if not job.client_state:
             job.client_state.update(tensors.zeros_like(job.server_state))
         return job.client_state
 
+    def _step_count(self, steps: int) -> float:
+        """a_i: the displacement of the round in units of lr times a gradient."""
+        if self.config.correction == "after_step":
+            return float(steps)
+        return effective_steps(steps, self.fed.momentum)
+
     def client_update(self, job: ClientJob) -> ClientResult:
         c_i = self._client_control(job)
         result = super().client_update(job)
-        scale = 1.0 / (effective_steps(result.stats.steps, self.fed.momentum) * job.lr)
+        scale = 1.0 / (self._step_count(result.stats.steps) * job.lr)
         delta = {}
         with torch.no_grad():
             for name, c in job.server_state.items():

@@ -1,6 +1,9 @@
-"""Registers scaffold with fedhet (entry point `fedhet.methods`)."""
+"""Registers scaffold with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
-from fedhet.methods.scaffold.algorithm import Scaffold
+from fedhet.core.registry import AlgorithmEntry, Method
+from fedhet.methods.scaffold.config import ScaffoldConfig
 
-METHOD = Method("scaffold", algorithms=(Scaffold,))
+METHOD = Method(
+    "scaffold",
+    algorithms=(AlgorithmEntry(ScaffoldConfig, "fedhet.methods.scaffold.algorithm:Scaffold"),),
+)

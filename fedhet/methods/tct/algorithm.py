@@ -1,4 +1,4 @@
-"""TCT (Train-Convexify-Train) as a fedhet algorithm: its spec block and its three-stage plan.
+"""TCT (Train-Convexify-Train) as a fedhet algorithm: its three-stage plan.
 
     bootstrap (a FedAvg `train`, T1 rounds) -> entk (eNTK features) -> regress (stage 2)
 
@@ -11,57 +11,23 @@ the `regress` stage.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from fedhet.core.errors import InputError
-from fedhet.core.spec import AlgorithmSpec, FederationSpec, Section, Spec, parse_spec
-from fedhet.engine.algorithm import Algorithm
+from fedhet.core.spec import FederationSpec, Spec, parse_spec
+from fedhet.engine.algorithm import Algorithm, ModelChoice
+from fedhet.engine.train_plan import train_node
+from fedhet.methods.tct.config import TCTConfig
+from fedhet.methods.tct.entk_stage import entk_node
+from fedhet.methods.tct.regress_stage import regress_node
 
 if TYPE_CHECKING:
-    from fedhet.core.pipeline import StageNode
+    import zarr
 
-
-class Stage1Spec(Section):
-    """Stage 1: FedAvg with the spec's federation settings, except what is set here."""
-
-    rounds: int | None = Field(
-        None, ge=1, description="T1; default: federation.rounds - stage2.rounds"
-    )
-    lr: float | None = Field(None, gt=0)
-    local_epochs: float | None = Field(None, gt=0)
-    local_steps: int | None = Field(None, ge=1)
-    batch_size: int | None = Field(None, ge=1)
-
-
-class EntkSpec(Section):
-    """Convexify: eNTK features of the bootstrapped model with its head re-initialized."""
-
-    subsample: int = Field(100_000, gt=0, description="p, the number of eNTK coordinates kept")
-    seed: int = Field(0, ge=0, description="seed of the head re-initialization and the mask")
-    dtype: Literal["fp16", "fp32"] = "fp16"
-    chunk: int = Field(256, ge=1, description="samples per extraction batch and Zarr chunk")
-
-
-class Stage2Spec(Section):
-    """Stage 2: federated least squares on the normalized features (Appendix A)."""
-
-    algorithm: Literal["scaffold", "fedavg", "gd"] = "scaffold"
-    rounds: int = Field(100, ge=1, description="T2")
-    local_steps: int = Field(500, ge=1, description="M, full-batch steps per round")
-    lr: float = Field(5e-5, gt=0, description="eta")
-
-
-class TCTConfig(AlgorithmSpec):
-    name: Literal["tct"] = "tct"
-    stage1: Stage1Spec = Stage1Spec()
-    entk: EntkSpec = EntkSpec()
-    stage2: Stage2Spec = Stage2Spec()
-
-    def base_label(self) -> str:
-        variant = self.stage2.algorithm
-        return "tct" if variant == "scaffold" else f"tct-{variant}"
+    from fedhet.core.pipeline import RunContext, StageNode
+    from fedhet.metrics.accuracy import Scores
 
 
 def stage1_rounds(spec: Spec, config: TCTConfig) -> int:
@@ -102,29 +68,32 @@ def bootstrap_spec(spec: Spec, config: TCTConfig) -> Spec:
     return parse_spec(data, "tct stage 1")
 
 
-def check_separable_head(spec: Spec) -> None:
-    """TCT re-initializes the last linear layer: there must be layers with parameters before it."""
-    if spec.model.arch == "mlp" and not spec.model.hidden:
-        raise InputError(
-            "model.hidden: [] makes the model a single linear layer, so TCT has no features to "
-            "keep when it re-initializes that layer; give the mlp hidden layers"
-        )
-
-
 class TCT(Algorithm):
     name = "tct"
     Config = TCTConfig
 
     @classmethod
     def plan(cls, spec: Spec) -> StageNode:
-        from fedhet.engine.train_stage import train_node
-        from fedhet.methods.tct.entk_stage import entk_node
-        from fedhet.methods.tct.regress_stage import regress_node
-
         config = spec.algorithm
         assert isinstance(config, TCTConfig)
-        check_separable_head(spec)
         stage1 = bootstrap_spec(spec, config)
         bootstrap = train_node(stage1)
         bootstrap.spec = stage1
         return regress_node(entk_node(bootstrap, config.entk), config.stage2)
+
+    @classmethod
+    def learning_rates(cls, spec: Spec) -> list[float]:
+        """Stage 1's schedule (FedAvg's), then stage 2's constant eta."""
+        config = spec.algorithm
+        assert isinstance(config, TCTConfig)
+        stage1 = super().learning_rates(bootstrap_spec(spec, config))
+        return stage1 + [config.stage2.lr] * config.stage2.rounds
+
+    @classmethod
+    def score_artifact(
+        cls, ctx: RunContext, node: StageNode, artifact: zarr.Group, model: ModelChoice
+    ) -> Scores:
+        """The stage-2 linear model, scored on the eNTK features of the test set and clients."""
+        from fedhet.methods.tct.evaluation import linear_scores
+
+        return linear_scores(artifact, ctx.upstream(node, "entk"), model)

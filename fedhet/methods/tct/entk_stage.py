@@ -28,9 +28,9 @@ from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.rng import derive_seed
 from fedhet.core.spec import Spec
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import TrainSetup
-from fedhet.engine.train_stage import build_setup
-from fedhet.methods.tct.algorithm import EntkSpec
+from fedhet.engine.progress import stage_progress
+from fedhet.engine.setup import TrainSetup, build_setup
+from fedhet.methods.tct.config import EntkSpec
 from fedhet.methods.tct.entk import (
     FeatureMoments,
     coordinate_mask,
@@ -114,12 +114,15 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
 
     sizes = setup.sizes
     train = FeatureWriter(out, "train/features", sum(sizes), config, p)
-    for client in setup.clients:
-        for block in iter_entk_chunks(model, client.x, coords, config.chunk):
-            train.write(block)
     test = FeatureWriter(out, "test/features", len(ds.test_y), config, p)
-    for block in iter_entk_chunks(model, ds.test_x, coords, config.chunk):
-        test.write(block)
+    inputs = [(train, client.x) for client in setup.clients] + [(test, ds.test_x)]
+    with stage_progress(ctx.console, spec.runtime.progress, "sample") as progress:
+        total = sum(sizes) + len(ds.test_y)
+        task = progress.add_task(f"{spec.name}: tct eNTK", total=total, note="")
+        for writer, x in inputs:
+            for block in iter_entk_chunks(model, x, coords, config.chunk):
+                writer.write(block)
+                progress.advance(task, len(block))
 
     _write_labels(out, "train/labels", [c.y for c in setup.clients])
     out.create_array("train/offsets", data=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))

@@ -1,7 +1,13 @@
-"""Registers tct with fedhet (entry point `fedhet.methods`)."""
+"""Registers tct with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
-from fedhet.methods.tct import entk_stage, regress_stage  # noqa: F401  (register the stages)
-from fedhet.methods.tct.algorithm import TCT
+from fedhet.core.registry import AlgorithmEntry, Method
+from fedhet.methods.tct.config import TCTConfig
 
-METHOD = Method("tct", algorithms=(TCT,))
+METHOD = Method(
+    "tct",
+    algorithms=(AlgorithmEntry(TCTConfig, "fedhet.methods.tct.algorithm:TCT"),),
+    stages=(
+        "fedhet.methods.tct.entk_stage",
+        "fedhet.methods.tct.regress_stage",
+    ),
+)

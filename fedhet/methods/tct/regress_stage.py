@@ -16,7 +16,9 @@ TCT's predictor exists only from stage 2 on. Each stage-2 row holds
     comm_rounds                     1, and 2 in round 1 (the normalization round)
     wall_time                       seconds per round, evaluation included; round 1 also counts
                                     the eNTK extraction and loading the features
-The fitted model is in linear/weight [p, C] and linear/bias [C].
+The fitted model is in linear/weight [p, C] and linear/bias [C], the stage-2 round's model with
+the best test accuracy (the first of equals) in linear/best/weight and linear/best/bias. With
+`runtime.tensorboard` the rows go to the run's TensorBoard folder once stage 2 ends.
 """
 
 from __future__ import annotations
@@ -31,14 +33,17 @@ import torch
 import zarr
 from torch import Tensor
 
+from fedhet.core import registry
 from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.engine import tensorboard
 from fedhet.engine.loop import METRICS, write_metrics
-from fedhet.methods.tct.algorithm import Stage2Spec
+from fedhet.engine.progress import stage_progress
+from fedhet.methods.tct.config import Stage2Spec
 from fedhet.methods.tct.regression import centered_one_hot, solve
 from fedhet.metrics.summary import summarize
 
-VERSION = 1
-BYTES_PER_VALUE = 4  # the solver works in float32
+VERSION = 2  # 2: the closed-form float64 solver (results change at the rounding level)
+BYTES_PER_VALUE = 4  # W and b travel in float32
 STAGE1_COSTS = ("bytes_up", "bytes_down", "comm_rounds", "wall_time")
 METRIC_NAMES = (*METRICS, "train_accuracy")
 
@@ -111,6 +116,8 @@ class History:
     metrics: dict[str, list[float]] = field(
         default_factory=lambda: {name: [] for name in METRIC_NAMES}
     )
+    best: tuple[Tensor, Tensor] | None = None  # (W, b) of the best test accuracy so far
+    best_accuracy: float = -1.0
 
     def record(self, round_number: int, weight: Tensor, bias: Tensor) -> None:
         train_accuracy, train_loss = fit_quality(self.clients, weight, bias)
@@ -130,6 +137,8 @@ class History:
         self.last = now
         for name, values in self.metrics.items():
             values.append(row.get(name, math.nan))
+        if test_accuracy > self.best_accuracy:
+            self.best_accuracy, self.best = test_accuracy, (weight.clone(), bias.clone())
 
 
 @stage("regress")
@@ -141,6 +150,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     if ctx.spec.runtime.threads:
         torch.set_num_threads(ctx.spec.runtime.threads)
     clients, test = load_splits(entk)
+    clients = [c for c in clients if len(c.labels)]  # an empty client never trains (no rows)
     p, classes = clients[0].features.shape[1], clients[0].targets.shape[1]
     history = History(
         clients,
@@ -149,19 +159,36 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         normalization_bytes=len(clients) * (entk["mean"].nbytes + entk["std"].nbytes),
         last=started - float(entk.attrs["wall_time_s"]),  # round 1 includes the extraction
     )
-    result = solve(
-        [(c.features, c.targets) for c in clients],
-        config.algorithm,
-        config.rounds,
-        config.local_steps,
-        config.lr,
-        on_round=history.record,
-    )
+    with stage_progress(ctx.console, ctx.spec.runtime.progress, "round") as progress:
+        task = progress.add_task(f"{ctx.spec.name}: tct stage 2", total=config.rounds, note="")
+
+        def record(round_number: int, weight: Tensor, bias: Tensor) -> None:
+            history.record(round_number, weight, bias)
+            accuracy = history.metrics["test_accuracy"][-1]
+            progress.update(task, completed=round_number, note=f"acc {accuracy:.4f}")
+
+        result = solve(
+            [(c.features, c.targets) for c in clients],
+            config.algorithm,
+            config.rounds,
+            config.local_steps,
+            config.lr,
+            on_round=record,
+            solver=config.solver,
+        )
     stage1 = stage1_rows(bootstrap["metrics"])
     metrics = {name: stage1[name] + history.metrics[name] for name in METRIC_NAMES}
     write_metrics(out, metrics)
     out.create_array("linear/weight", data=result.weight.numpy())
     out.create_array("linear/bias", data=result.bias.numpy())
+    best_weight, best_bias = history.best or (result.weight, result.bias)
+    out.create_array("linear/best/weight", data=best_weight.numpy())
+    out.create_array("linear/best/bias", data=best_bias.numpy())
+    events = tensorboard.live_writer(ctx, first_round=0)
+    if events is not None:
+        rates = registry.algorithm(ctx.spec.algorithm.name).learning_rates(ctx.spec)
+        with events:
+            events.write_rounds(metrics, rates)
     out.attrs.update(
         {
             "stage1_rounds": len(stage1["wall_time"]),

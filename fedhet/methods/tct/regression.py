@@ -22,9 +22,11 @@ Algorithms (every round starts from the server model psi_t, psi_0 = 0, all clien
 - fedavg: the same without controls.
 - gd: centralized full-batch gradient descent on the weighted union, M steps per round.
 
-A full-batch step costs O(n_k p C) from the features, or O(p^2 C) from the client's Gram
-statistics Zhat^T Zhat / n_k and Zhat^T Y / n_k, computed once; each client uses whichever
-is cheaper over the whole run. Both give the same iterates up to rounding.
+A round's M local steps are an affine map of the round's start, which the default solver
+computes exactly (fedhet.methods.tct.closed_form) at the cost of about two explicit steps.
+The explicit solver, the reference, takes the M steps one by one, each costing O(n_k p C) from
+the features, or O(p^2 C) from the client's Gram statistics (computed once), whichever is
+cheaper over the run. All of them give the same iterates up to rounding (float64).
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ import torch
 from torch import Tensor
 
 from fedhet.core.errors import InputError, RunError
+from fedhet.methods.tct.closed_form import ExactSteps
+from fedhet.methods.tct.least_squares import LeastSquares
 
 Algorithm = Literal["scaffold", "fedavg", "gd"]
+Solver = Literal["closed_form", "explicit"]
 StepForm = Literal["auto", "gram", "explicit"]
 RoundCallback = Callable[[int, Tensor, Tensor], None]
 
@@ -67,38 +72,42 @@ def predict(features: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     return (features.to(weight.dtype) @ weight + bias).argmax(dim=1)
 
 
-class _ClientProblem:
-    """One client's least-squares loss and its full-batch gradient, in the cheaper form."""
+class _ExplicitSteps:
+    """The reference: `steps` explicit corrected full-batch steps psi -= lr (grad L(psi) - h),
+    with the gradient from the features or from the Gram statistics H, b (computed once)."""
 
-    def __init__(self, features: Tensor, targets: Tensor, use_gram: bool) -> None:
-        self.features, self.targets = features, targets
-        self.count = features.shape[0]
-        self.gram: Tensor | None = None
-        self.moment: Tensor | None = None
-        if use_gram:
-            with_bias = torch.cat([features, features.new_ones(self.count, 1)], dim=1)
-            self.gram = with_bias.T @ with_bias / self.count
-            self.moment = with_bias.T @ targets / self.count
-
-    def residual(self, psi: Tensor) -> Tensor:
-        return self.features @ psi[:-1] + psi[-1] - self.targets
+    def __init__(self, problem: LeastSquares, steps: int, lr: float, use_gram: bool) -> None:
+        self.problem, self.steps, self.lr = problem, steps, lr
+        self.gram = problem.gram() if use_gram else None
+        self.moment = problem.moment() if use_gram else None
 
     def gradient(self, psi: Tensor) -> Tensor:
         if self.gram is not None and self.moment is not None:
             return self.gram @ psi - self.moment
-        residual = self.residual(psi)
-        return (
-            torch.cat([self.features.T @ residual, residual.sum(dim=0, keepdim=True)]) / self.count
-        )
+        return self.problem.gradient(psi)
 
-    def loss(self, psi: Tensor) -> float:
-        # Always from the residual: the Gram form would cancel catastrophically near a zero loss.
-        return float(self.residual(psi).square().sum()) / (2 * self.count)
+    def run(self, start: Tensor, correction: Tensor) -> Tensor:
+        psi = start.clone()
+        for _ in range(self.steps):
+            psi -= self.lr * (self.gradient(psi) - correction)
+        return psi
 
 
 def _gram_is_cheaper(count: int, dim: int, classes: int, steps: int) -> bool:
     """Gram: n d^2 once, then d^2 C per step. Explicit: 2 n d C per step."""
     return count * dim * dim + steps * dim * dim * classes < steps * 2 * count * dim * classes
+
+
+def _stepper(
+    problem: LeastSquares, solver: Solver, step_form: StepForm, steps: int, lr: float, rounds: int
+) -> ExactSteps | _ExplicitSteps:
+    if solver == "closed_form":
+        return ExactSteps(problem, steps, lr)
+    count, classes = sum(z.shape[0] for z in problem.features), problem.targets[0].shape[1]
+    use_gram = step_form == "gram" or (
+        step_form == "auto" and _gram_is_cheaper(count, problem.dim, classes, rounds * steps)
+    )
+    return _ExplicitSteps(problem, steps, lr, use_gram)
 
 
 def _validated_clients(
@@ -147,16 +156,6 @@ def _check_schedule(algorithm: str, rounds: int, local_steps: int, lr: float) ->
         raise InputError(f"stage-2 lr must be a positive number, got {lr}")
 
 
-def _descend(
-    problem: _ClientProblem, start: Tensor, correction: Tensor, steps: int, lr: float
-) -> Tensor:
-    """`steps` full-batch corrected steps: psi -= lr * (grad L_k(psi) - h_k)."""
-    psi = start.clone()
-    for _ in range(steps):
-        psi -= lr * (problem.gradient(psi) - correction)
-    return psi
-
-
 def _weighted_sum(tensors: list[Tensor], weights: list[float]) -> Tensor:
     total = torch.zeros_like(tensors[0])
     for tensor, weight in zip(tensors, weights, strict=True):
@@ -172,51 +171,47 @@ def solve(
     lr: float = 5e-5,
     weights: list[float] | None = None,
     on_round: RoundCallback | None = None,
+    solver: Solver = "closed_form",
     step_form: StepForm = "auto",
+    bias: bool = True,
 ) -> RegressionResult:
     """Fit W, b on the clients' (Z_k [n_k, p], Y_k [n_k, C]) with the chosen federated algorithm.
 
-    `on_round(t, W, b)` is called after each round t = 1..rounds with views of the server
-    model (do not modify them). `step_form` forces the Gram or explicit gradient (tests);
-    "auto" picks the cheaper per client. Raises RunError naming the round whose loss is not
-    finite.
+    The solver works in float64 and returns the model in the features' dtype. `solver`
+    "closed_form" computes each round's M local steps exactly from one eigendecomposition per
+    client (fedhet.methods.tct.closed_form); "explicit" takes them one by one, with the
+    gradient from the features or the Gram statistics as `step_form` says ("auto": the cheaper
+    over the run). Without `bias` the model is W alone (b stays 0). `on_round(t, W, b)` is
+    called after each round t = 1..rounds with the server model. Raises RunError naming the
+    round whose loss is not finite.
     """
     _check_schedule(algorithm, rounds, local_steps, lr)
     clients, dtype = _validated_clients(clients)
     counts = [z.shape[0] for z, _ in clients]
     shares = _normalized_weights(weights, counts)
-    dim, classes = clients[0][0].shape[1] + 1, clients[0][1].shape[1]
-    steps = rounds * local_steps
-    problems = [
-        _ClientProblem(
-            z,
-            y,
-            step_form == "gram"
-            or (step_form == "auto" and _gram_is_cheaper(n, dim, classes, steps)),
-        )
-        for (z, y), n in zip(clients, counts, strict=True)
-    ]
-    psi = torch.zeros(dim, classes, dtype=dtype)
-    controls = [torch.zeros_like(psi) for _ in problems]
+    targets = [y.to(torch.float64) for _, y in clients]
+    union = LeastSquares(
+        [z for z, _ in clients], targets, [w / n for w, n in zip(shares, counts, strict=True)], bias
+    )
+    problems = (
+        [union]
+        if algorithm == "gd"
+        else [
+            LeastSquares([z], [y], [1.0 / z.shape[0]], bias)
+            for (z, _), y in zip(clients, targets, strict=True)
+        ]
+    )
+    movers = [_stepper(p, solver, step_form, local_steps, lr, rounds) for p in problems]
+    psi = torch.zeros(union.dim, targets[0].shape[1], dtype=torch.float64)
+    controls = [torch.zeros_like(psi) for _ in movers]
     losses: list[float] = []
     for round_number in range(1, rounds + 1):
-        if algorithm == "gd":
-            for _ in range(local_steps):
-                psi = psi - lr * _weighted_sum(
-                    [problem.gradient(psi) for problem in problems], shares
-                )
-        else:
-            local_models = [
-                _descend(problem, psi, h, local_steps, lr)
-                for problem, h in zip(problems, controls, strict=True)
-            ]
-            psi = _weighted_sum(local_models, shares)
-            if algorithm == "scaffold":
-                for h, local in zip(controls, local_models, strict=True):
-                    h += (psi - local) / (local_steps * lr)
-        loss = sum(
-            share * problem.loss(psi) for share, problem in zip(shares, problems, strict=True)
-        )
+        local_models = [mover.run(psi, h) for mover, h in zip(movers, controls, strict=True)]
+        psi = local_models[0] if algorithm == "gd" else _weighted_sum(local_models, shares)
+        if algorithm == "scaffold":
+            for h, local in zip(controls, local_models, strict=True):
+                h += (psi - local) / (local_steps * lr)
+        loss = union.loss(psi)
         if not math.isfinite(loss):
             raise RunError(
                 f"stage-2 {algorithm} diverged at round {round_number}: training loss is {loss}; "
@@ -224,10 +219,17 @@ def solve(
             )
         losses.append(loss)
         if on_round is not None:
-            on_round(round_number, psi[:-1], psi[-1])
-    return RegressionResult(
-        psi[:-1], psi[-1], losses, controls if algorithm == "scaffold" else None
-    )
+            on_round(round_number, *_weight_and_bias(psi, bias, dtype))
+    weight, bias_vector = _weight_and_bias(psi, bias, dtype)
+    final_controls = [h.to(dtype) for h in controls] if algorithm == "scaffold" else None
+    return RegressionResult(weight, bias_vector, losses, final_controls)
+
+
+def _weight_and_bias(psi: Tensor, bias: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    model = psi.to(dtype)
+    if bias:
+        return model[:-1], model[-1]
+    return model, model.new_zeros(model.shape[1])
 
 
 def lstsq_loss(clients: list[tuple[Tensor, Tensor]], weights: list[float] | None = None) -> float:

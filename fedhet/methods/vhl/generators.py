@@ -59,7 +59,7 @@ def stylegan2_images(
     style_dim: int = 64,
     mapping_layers: int = 1,
     channels: int = 64,
-    noise_strength: float = 1.0,
+    noise_strength: float = 0.0,
     class_mean_std: float = 0.5,
     latent_std: float = 0.3,
     batch_size: int = 256,
@@ -68,9 +68,9 @@ def stylegan2_images(
 
     Class k's noise maps at layer l are N(m_k[l], (0.1 / L)^2) with m_k a random unit vector
     over the L layers (official code; it additionally optimizes the m_k for diversity, which
-    is skipped here). Unlike the official code, whose untrained noise weights are zero so the
-    noise has no effect, `noise_strength` (default 1) lets the per-class noise act as the
-    paper describes.
+    is skipped here). The noise enters scaled by `noise_strength`: 0 by default, as the
+    official untrained generator, whose noise-injection weights are initialised to zero; a
+    positive value lets the per-class noise act as the paper describes.
     """
     channels_out, height, width = shape
     config = StyleGAN2Config(

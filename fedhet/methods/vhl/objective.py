@@ -1,7 +1,8 @@
 """VHL's local objective (Tang et al., 2022), composable with any algorithm that accepts one.
 
 Each local step draws a virtual batch (x_v, y_v) as large as the real batch (x, y) from the
-shared virtual dataset with the job's seeded generator, and with z = features([x; x_v]),
+shared virtual dataset with the job's seeded generator (each image randomly cropped and flipped,
+as the authors' loader does, unless `augment` is off), and with z = features([x; x_v]),
 logits = head(z):
 
     loss = CE(logits_real, y) + alpha * CE(logits_virtual, y_v + shift)
@@ -24,122 +25,22 @@ s = `vfa_std`, and each step samples B // C + 1 features of every class.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import Tensor
 
-from fedhet.core.errors import InputError, RunError
+from fedhet.core.errors import RunError
 from fedhet.core.rng import torch_generator
-from fedhet.core.sections import Section
+from fedhet.methods.vhl.augment import crop_and_flip
+from fedhet.methods.vhl.config import VHLSpec
 from fedhet.methods.vhl.supcon import supcon_loss, vhl_calibration_loss
+from fedhet.methods.vhl.virtual_stage import load_virtual
 
 if TYPE_CHECKING:
-    from fedhet.engine.algorithm import TrainSetup
+    from fedhet.engine.setup import TrainSetup
     from fedhet.models import FedModel
-
-# --- config -----------------------------------------------------------------------------
-
-
-class _GeneratorSpec(Section):
-    per_class: int = Field(200, ge=2, description="virtual images per class (official: 200)")
-
-    def options(self) -> dict[str, Any]:
-        """Keyword options of `fedhet.methods.vhl.generate` for this generator."""
-        return self.model_dump(exclude={"kind", "per_class"})
-
-
-class StyleGAN2Spec(_GeneratorSpec):
-    """Untrained StyleGAN2; class k's latents z ~ N(mu_k, latent_std^2), mu_k ~ N(0, 0.5^2)."""
-
-    kind: Literal["stylegan2"] = "stylegan2"
-    style_dim: int = Field(64, ge=1)
-    mapping_layers: int = Field(1, ge=0)
-    channels: int = Field(64, ge=1, description="feature width (official code: 512)")
-    noise_strength: float = Field(1.0, ge=0)
-    class_mean_std: float = Field(0.5, gt=0)
-    latent_std: float = Field(0.3, ge=0)
-
-
-class NoiseSpec(_GeneratorSpec):
-    """Per-class mean image at low resolution plus per-sample noise, upsampled bilinearly."""
-
-    kind: Literal["noise"] = "noise"
-    low_resolution: int = Field(8, ge=1)
-    class_mean_std: float = Field(1.0, gt=0)
-    sample_std: float = Field(0.5, ge=0)
-
-
-class ConvSpec(_GeneratorSpec):
-    """One randomly initialized small conv generator per class."""
-
-    kind: Literal["conv"] = "conv"
-    z_dim: int = Field(64, ge=1)
-    channels: int = Field(32, ge=1)
-
-
-GeneratorSpec = Annotated[StyleGAN2Spec | NoiseSpec | ConvSpec, Field(discriminator="kind")]
-
-_VARIANT_LABELS = {"vhl": "VHL", "naive": "naive VHL", "vfa": "VFA"}
-
-
-class VHLSpec(Section):
-    variant: Literal["vhl", "naive", "vfa"] = "vhl"
-    generator: GeneratorSpec = StyleGAN2Spec()
-    classes: int | None = Field(
-        None, ge=1, description="number of virtual classes C_v; default: the natural classes' C"
-    )
-    seed: int | None = Field(
-        None,
-        ge=0,
-        description="seed of the virtual data (vfa: of the Gaussians); default: the spec's",
-    )
-    labels: Literal["extra", "shared"] = Field(
-        "extra", description="virtual classes as C_v extra outputs (official) or sharing the first"
-    )
-    batch_size: int | None = Field(
-        None, ge=1, description="virtual samples per step; default: the real batch's size"
-    )
-    alpha: float = Field(1.0, ge=0, description="weight of the cross-entropy on virtual data")
-    lam: float = Field(1.0, ge=0, description="weight of the calibration term")
-    virtual_supcon: float = Field(
-        0.1, ge=0, description="weight of SupCon over the virtual features alone (official code)"
-    )
-    temperature: float = Field(0.07, gt=0, description="SupCon temperature")
-    vfa_std: float = Field(0.05, gt=0, description="vfa: std of the per-class Gaussians")
-
-    @property
-    def uses_images(self) -> bool:
-        return self.variant != "vfa"
-
-    def label(self) -> str:
-        label = _VARIANT_LABELS[self.variant]
-        if self.uses_images and self.generator.kind != "stylegan2":
-            label += f"({self.generator.kind})"
-        return label
-
-
-def virtual_classes(config: VHLSpec, natural_classes: int) -> int:
-    """C_v; with shared labels virtual class k uses output k, so C_v may not exceed C."""
-    classes = config.classes or natural_classes
-    if config.labels == "shared" and classes > natural_classes:
-        raise InputError(
-            f"algorithm.vhl.classes={classes} exceeds the dataset's {natural_classes} classes "
-            "with labels: shared; lower it or use labels: extra"
-        )
-    return classes
-
-
-def extra_outputs(config: VHLSpec | None, natural_classes: int) -> int:
-    """Outputs the model needs beyond the natural classes (0 unless virtual labels are extra)."""
-    if config is None or not config.uses_images or config.labels == "shared":
-        return 0
-    return virtual_classes(config, natural_classes)
-
-
-# --- the objective ----------------------------------------------------------------------
 
 
 @dataclass
@@ -183,8 +84,6 @@ class VHLObjective:
         """The run's objective, with its `virtual` stage's artifact on the run's device."""
         images = labels = None
         if config.uses_images and "virtual" in setup.extras:
-            from fedhet.methods.vhl.virtual_stage import load_virtual
-
             images, labels = load_virtual(setup.extras["virtual"])
             if tuple(images.shape[1:]) != setup.dataset.shape:
                 raise RunError(
@@ -205,9 +104,13 @@ class VHLObjective:
     # --- sampling ---
 
     def virtual_batch(self, size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """`size` (images, virtual class indices) drawn uniformly with replacement."""
+        """`size` (images, virtual class indices) drawn uniformly with replacement, each image
+        cropped and flipped at random when `augment` is on."""
         idx = torch.randint(len(self.labels), (size,), generator=generator)
-        return self.images[idx], self.labels[idx]
+        images = self.images[idx]
+        if self.config.augment:
+            images = crop_and_flip(images, generator)
+        return images, self.labels[idx]
 
     def gaussian_features(self, size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """vfa: size // C + 1 features of every class from N(m_c, vfa_std^2 I), class-cyclic."""

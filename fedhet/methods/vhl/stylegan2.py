@@ -31,7 +31,7 @@ class StyleGAN2Config:
     style_dim: int = 64
     mapping_layers: int = 1
     channels: int = 64
-    noise_strength: float = 1.0
+    noise_strength: float = 0.0  # the official noise-injection weights start at zero
 
     def __post_init__(self) -> None:
         if min(self.height, self.width) < 4:

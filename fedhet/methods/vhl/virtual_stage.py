@@ -18,8 +18,8 @@ from pydantic import TypeAdapter
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.spec import Spec
+from fedhet.methods.vhl.config import GeneratorSpec, VHLSpec, virtual_classes
 from fedhet.methods.vhl.generators import generate
-from fedhet.methods.vhl.objective import GeneratorSpec, VHLSpec, virtual_classes
 
 VERSION = 1
 

@@ -1,0 +1,152 @@
+"""The environment an artifact was computed in: recorded in its attributes, never in a key.
+
+Results are bitwise reproducible only within one environment (thread count, torch build,
+device), so reusing an artifact computed elsewhere is announced. torch is imported inside the
+functions: `spec validate` must not pay for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedhet import __version__
+
+if TYPE_CHECKING:
+    from fedhet.core.spec import RuntimeSpec
+
+# The fields that can change results; the others (platform, python, fedhet's revision) are
+# recorded for the reader.
+COMPARED = ("threads", "torch", "torch_cuda", "torch_git", "device")
+
+
+@functools.cache
+def git_revision() -> dict[str, Any] | None:
+    """HEAD and whether tracked files differ from it, when fedhet runs from a git checkout."""
+    checkout = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(checkout), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != checkout:
+            return None  # installed inside some other repository
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        return {"revision": git("rev-parse", "HEAD"), "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):  # no git, not a checkout, git refused
+        return None
+
+
+def _device(device: str) -> dict[str, str]:
+    import torch
+
+    if device != "cuda":
+        return {"device": device}
+    return {"device": "cuda", "gpu": torch.cuda.get_device_name()}
+
+
+def environment(threads: int | None = None, device: str | None = None) -> dict[str, Any]:
+    """This process's environment. By default the thread count and device are the ones in use
+    now (CUDA counts as in use once it is initialized); a caller that is about to compute with
+    other settings passes them."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_initialized() else "cpu"
+    env: dict[str, Any] = {"fedhet": __version__}
+    revision = git_revision()
+    if revision is not None:
+        env["git"] = revision
+    return {
+        **env,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "torch_git": torch.version.git_version,
+        "threads": threads or torch.get_num_threads(),
+        **_device(device),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
+
+
+def planned_environment(threads: int | None, device: str) -> dict[str, Any]:
+    """The environment a stage would be computed in now, given the spec's runtime settings
+    (`device` auto means CUDA when available)."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return environment(threads, device)
+
+
+def differences(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
+    """What differs between a stored environment and `current`, in words ("2 threads, now 1");
+    an artifact that recorded no environment differs in nothing known."""
+    if not stored:
+        return []
+    return [
+        f"{_describe(stored, name)} (now {_describe(current, name)})"
+        for name in COMPARED
+        if stored.get(name) != current.get(name)
+    ]
+
+
+def changes(stored: dict[str, Any] | None, runtime: RuntimeSpec) -> list[str]:
+    """What differs between a stored environment and the one `runtime` would compute in now."""
+    return differences(stored, planned_environment(runtime.threads, runtime.device))
+
+
+def reuse_note(stored: dict[str, Any] | None, runtime: RuntimeSpec) -> str:
+    """'' when a stored artifact was computed the way `runtime` would compute it now; otherwise
+    what differs, to append to the line that announces the reuse."""
+    changed = changes(stored, runtime)
+    return f", computed under another environment: {', '.join(changed)}" if changed else ""
+
+
+def _describe(env: dict[str, Any], name: str) -> str:
+    value = env.get(name)
+    return {
+        "threads": f"{value} thread{'s' if value != 1 else ''}",
+        "torch": f"torch {value}",
+        "torch_cuda": f"CUDA build {value}" if value else "CPU-only torch build",
+        "torch_git": f"torch git {str(value)[:12]}",
+        "device": f"device {_device_text(env)}",
+    }[name]
+
+
+def _device_text(env: dict[str, Any]) -> str:
+    return f"{env['device']} ({env['gpu']})" if env.get("gpu") else str(env.get("device"))
+
+
+def described(env: dict[str, Any]) -> dict[str, str]:
+    """The environment as (field, readable value) pairs, for `artifacts show` and reports."""
+    git = env.get("git")
+    revision = "not a git checkout"
+    if git:
+        revision = git["revision"][:12] + (" (uncommitted changes)" if git["dirty"] else "")
+    return {
+        "fedhet": f"{env.get('fedhet')}, {revision}",
+        "torch": f"{env.get('torch')}, {_describe(env, 'torch_cuda')}, git "
+        f"{str(env.get('torch_git'))[:12]}",
+        "threads": str(env.get("threads")),
+        "device": _device_text(env),
+        "platform": f"{env.get('platform')} ({env.get('machine')})",
+        "python": str(env.get("python")),
+    }
+
+
+def summary(env: dict[str, Any] | None) -> str:
+    """One line naming the environment."""
+    if not env:
+        return "not recorded (computed before fedhet recorded environments)"
+    return "; ".join(f"{name} {value}" for name, value in described(env).items())

@@ -1,0 +1,18 @@
+"""One client's samples, on the device it trains on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class ClientData:
+    id: int
+    x: torch.Tensor
+    y: torch.Tensor
+
+    @property
+    def n(self) -> int:
+        return len(self.y)

@@ -1,0 +1,98 @@
+"""What a run trains on: the spec, the dataset, the clients' data and the device.
+
+Every stage that needs the clients' data (train, TCT's entk, FedBR's pseudo) and `fedhet eval`
+build it the same way, from the spec and the run's partition artifact: `build_setup`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+import zarr
+
+from fedhet.core.errors import InputError
+from fedhet.core.spec import Spec
+from fedhet.data.clients import ClientData
+from fedhet.data.datasets import Dataset, load_dataset, rotate
+from fedhet.data.partition_stage import load_partition
+
+
+@dataclass
+class TrainSetup:
+    """Everything fixed for a run: the spec, data, clients and device."""
+
+    spec: Spec
+    dataset: Dataset
+    clients: list[ClientData]
+    device: torch.device
+    extras: dict[str, object] = field(default_factory=dict)  # artifacts of extra upstream stages
+
+    @property
+    def sizes(self) -> list[int]:
+        return [c.n for c in self.clients]
+
+    @property
+    def holders(self) -> list[int]:
+        """Indices of the clients holding samples.
+
+        A partition may leave a client empty (e.g. dirichlet with a small alpha). An empty
+        client never trains: rounds sample among the holders only, so it is never sampled,
+        has no aggregation weight (its share n_i / n is 0 anyway), no state and no statistics.
+        With no empty client the holders are all clients and nothing changes.
+        """
+        return [cid for cid, client in enumerate(self.clients) if client.n > 0]
+
+    @property
+    def clients_per_round(self) -> int:
+        """Clients trained per round: the spec's count, or every holder when fewer hold data."""
+        return min(self.spec.clients_per_round, len(self.holders))
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError(
+            "runtime.device: cuda requested but no CUDA device is available; use auto or cpu"
+        )
+    return torch.device(name)
+
+
+def build_setup(spec: Spec, partition_group: zarr.Group) -> TrainSetup:
+    """Dataset, clients (with their feature shift applied) and device for a run."""
+    if spec.runtime.threads:
+        torch.set_num_threads(spec.runtime.threads)
+    device = resolve_device(spec.runtime.device)
+    ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
+    part = load_partition(partition_group)
+    clients = []
+    for cid, idx in enumerate(part.client_indices):
+        x = ds.train_x[torch.from_numpy(idx)]
+        if part.angles is not None and part.angles[cid] != 0:
+            x = rotate(x, float(part.angles[cid]), ds.mean, ds.std)
+        clients.append(ClientData(cid, x.to(device), ds.train_y[torch.from_numpy(idx)].to(device)))
+    if part.angles is not None:
+        ds = replace(ds, test_x=rotated_like_clients(ds, part.angles))
+    ds_device = ds if device.type == "cpu" else _to_device(ds, device)
+    return TrainSetup(spec, ds_device, clients, device)
+
+
+def rotated_like_clients(ds: Dataset, angles: np.ndarray) -> torch.Tensor:
+    """The test images, image i rotated by client (i mod K)'s angle.
+
+    With a rotation feature shift the test set covers every client's domain equally, so
+    accuracy is the mean over the clients' rotated test domains, as the rotated-data papers report.
+    """
+    test_x = ds.test_x.clone()
+    position = torch.arange(len(test_x))
+    for cid, degrees in enumerate(angles):
+        members = position % len(angles) == cid
+        if degrees != 0:
+            test_x[members] = rotate(test_x[members], float(degrees), ds.mean, ds.std)
+    return test_x
+
+
+def _to_device(ds: Dataset, device: torch.device) -> Dataset:
+    return replace(ds, test_x=ds.test_x.to(device), test_y=ds.test_y.to(device))

@@ -1,0 +1,40 @@
+"""The `train` stage's node: the config that enters its key, and its upstream stages.
+
+Planning only: the Algorithm base class (`Algorithm.plan`) and methods that train a model as
+one of their stages (TCT's bootstrap, FedBR) call `train_node`; fedhet.engine.train_stage
+computes the artifact.
+"""
+
+from __future__ import annotations
+
+from fedhet.core import registry
+from fedhet.core.pipeline import StageNode
+from fedhet.core.spec import Spec
+from fedhet.data.partition_stage import partition_node
+from fedhet.engine import objectives
+
+VERSION = 1
+
+
+def train_config(spec: Spec) -> dict:
+    config = {
+        "seed": spec.seed,
+        "model": spec.model.model_dump(mode="json"),
+        "federation": spec.federation.model_dump(mode="json"),
+        "algorithm": spec.algorithm.model_dump(mode="json"),
+        "eval_every": spec.eval.every,
+    }
+    if spec.partition.rotation is not None:
+        config["test_set"] = "rotated_like_clients"
+    revision = registry.algorithm(spec.algorithm.name).revision
+    if revision:
+        config["algorithm_revision"] = revision
+    return config
+
+
+def train_node(spec: Spec, **extra_upstream: StageNode) -> StageNode:
+    """The run's train node: upstream of it the partition, the stages its local objective needs
+    (VHL's virtual data) and `extra_upstream` (role -> node; the train stage hands their
+    artifacts to the algorithm as `setup.extras[role]`)."""
+    upstream = {"partition": partition_node(spec), **objectives.upstream(spec), **extra_upstream}
+    return StageNode("train", VERSION, train_config(spec), upstream)

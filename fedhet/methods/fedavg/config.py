@@ -1,0 +1,12 @@
+"""FedAvg's spec block: `algorithm: {name: fedavg}`."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from fedhet.core.sections import AlgorithmSpec
+
+
+class FedAvgConfig(AlgorithmSpec):
+    accepts_objectives: ClassVar[bool] = True
+    name: Literal["fedavg"] = "fedavg"

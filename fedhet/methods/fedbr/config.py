@@ -1,0 +1,63 @@
+"""FedBR's spec block: `algorithm: {name: fedbr, pseudo: {...}, ...}`, and its pseudo-data's."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from fedhet.core.sections import AlgorithmSpec, Section
+from fedhet.core.spec import DatasetName
+
+
+class PseudoSpec(Section):
+    """How FedBR's pseudo-data is built and shared."""
+
+    kind: Literal["rsm", "mixture"] = "rsm"
+    size: int | None = Field(
+        None, ge=1, description="pseudo samples; default one batch (federation.batch_size)"
+    )
+    subset: int = Field(10, ge=1, description="samples averaged into one RSM sample")
+    proxy: DatasetName = Field("digits", description="mixture: the proxy dataset")
+    mix: int = Field(1, ge=0, description="mixture: K local samples mixed into each (Eq. 4)")
+    refresh: Literal["once", "round"] = Field(
+        "once", description="once: sent at the start; round: regenerated every round"
+    )
+
+
+_VARIANTS = {
+    (True, True): "FedBR",
+    (True, False): "FedBR component 1",
+    (False, True): "FedBR component 2",
+    (False, False): "FedBR without components",
+}
+
+
+class FedBRConfig(AlgorithmSpec):
+    name: Literal["fedbr"] = "fedbr"
+    pseudo: PseudoSpec = PseudoSpec()
+    debias_classifier: bool = Field(True, description="component 1: CE(pseudo, uniform)")
+    debias_features: bool = Field(True, description="component 2: adversarial L_con")
+    max_step: bool = Field(True, description="component 2's max step (ablation: false)")
+    lam: float = Field(1.0, ge=0, description="lambda, weight of the pseudo-data CE")
+    mu: float = Field(0.5, ge=0, description="weight of L_con")
+    tau1: float = Field(2.0, gt=0, description="L_con temperature of the positive pair (Eq. 5)")
+    tau2: float = Field(2.0, gt=0, description="L_con temperature of the negative pairs (Eq. 6)")
+    projection_width: int = Field(256, ge=1)
+    projection_dim: int = Field(128, ge=1)
+
+    @property
+    def uses_pseudo(self) -> bool:
+        return self.debias_classifier or self.debias_features
+
+    def base_label(self) -> str:
+        label = _VARIANTS[self.debias_classifier, self.debias_features]
+        if self.debias_features and not self.max_step:
+            label += " w/o max step"
+        if self.uses_pseudo and self.pseudo.kind == "mixture":
+            label += " (mixture)"
+        if self.uses_pseudo and self.pseudo.refresh == "round":
+            label += " (pseudo-data each round)"
+        if self.debias_features and (self.tau1, self.tau2) != (2.0, 2.0):
+            label += f" (tau {self.tau1:g}/{self.tau2:g})"
+        return label

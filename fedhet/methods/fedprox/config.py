@@ -1,0 +1,15 @@
+"""FedProx's spec block: `algorithm: {name: fedprox, mu: ...}`."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from fedhet.core.sections import AlgorithmSpec
+
+
+class FedProxConfig(AlgorithmSpec):
+    accepts_objectives: ClassVar[bool] = True
+    name: Literal["fedprox"] = "fedprox"
+    mu: float = Field(0.01, ge=0)

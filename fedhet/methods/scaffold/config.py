@@ -1,0 +1,22 @@
+"""SCAFFOLD's spec block: `algorithm: {name: scaffold, correction: ...}`."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from fedhet.core.sections import OMIT_IF_DEFAULT, AlgorithmSpec
+
+
+class ScaffoldConfig(AlgorithmSpec):
+    accepts_objectives: ClassVar[bool] = True
+    name: Literal["scaffold"] = "scaffold"
+    correction: Annotated[Literal["gradient", "after_step"], OMIT_IF_DEFAULT] = Field(
+        "gradient",
+        description="gradient: c - c_i added to the gradient before the step (momentum-aware "
+        "c_i); after_step: param -= lr (c - c_i) after the step, as the authors' code",
+    )
+
+    def base_label(self) -> str:
+        return self.name + ("(after step)" if self.correction == "after_step" else "")

@@ -1,0 +1,65 @@
+"""TCT's spec block: `algorithm: {name: tct, stage1: ..., entk: ..., stage2: ...}`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from fedhet.core.errors import InputError
+from fedhet.core.sections import OMIT_IF_DEFAULT, AlgorithmSpec, Section
+
+
+class Stage1Spec(Section):
+    """Stage 1: FedAvg with the spec's federation settings, except what is set here."""
+
+    rounds: int | None = Field(
+        None, ge=1, description="T1; default: federation.rounds - stage2.rounds"
+    )
+    lr: float | None = Field(None, gt=0)
+    local_epochs: float | None = Field(None, gt=0)
+    local_steps: int | None = Field(None, ge=1)
+    batch_size: int | None = Field(None, ge=1)
+
+
+class EntkSpec(Section):
+    """Convexify: eNTK features of the bootstrapped model with its head re-initialized."""
+
+    subsample: int = Field(100_000, gt=0, description="p, the number of eNTK coordinates kept")
+    seed: int = Field(0, ge=0, description="seed of the head re-initialization and the mask")
+    dtype: Literal["fp16", "fp32"] = "fp16"
+    chunk: int = Field(256, ge=1, description="samples per extraction batch and Zarr chunk")
+
+
+class Stage2Spec(Section):
+    """Stage 2: federated least squares on the normalized features (Appendix A)."""
+
+    algorithm: Literal["scaffold", "fedavg", "gd"] = "scaffold"
+    rounds: int = Field(100, ge=1, description="T2")
+    local_steps: int = Field(500, ge=1, description="M, full-batch steps per round")
+    lr: float = Field(5e-5, gt=0, description="eta")
+    solver: Annotated[Literal["closed_form", "explicit"], OMIT_IF_DEFAULT] = Field(
+        "closed_form",
+        description="closed_form: each round's M local steps exactly, from one factorization "
+        "per client; explicit: step by step (the reference, M times slower)",
+    )
+
+
+class TCTConfig(AlgorithmSpec):
+    name: Literal["tct"] = "tct"
+    stage1: Stage1Spec = Stage1Spec()
+    entk: EntkSpec = EntkSpec()
+    stage2: Stage2Spec = Stage2Spec()
+
+    def check(self, spec) -> None:
+        """TCT re-initializes the last linear layer: there must be layers with parameters
+        before it."""
+        if spec.model.arch == "mlp" and not spec.model.hidden:
+            raise InputError(
+                "model.hidden: [] makes the model a single linear layer, so TCT has no features "
+                "to keep when it re-initializes that layer; give the mlp hidden layers"
+            )
+
+    def base_label(self) -> str:
+        variant = self.stage2.algorithm
+        return "tct" if variant == "scaffold" else f"tct-{variant}"

@@ -1,0 +1,118 @@
+"""A weighted least-squares problem over blocks of feature rows, evaluated in float64.
+
+    L(psi) = 1/2 sum_k omega_k || Zhat_k psi - Y_k ||_F^2
+
+over blocks k of rows, where Zhat_k = [Z_k, 1] with a bias (else Z_k) and omega_k is the
+block's row weight: 1 / n_k for one client's loss L_k, w_k / n_k for the weighted union of
+clients. The bias column is never materialized and the feature blocks stay in their own dtype
+(float32 or float16 as stored): every product converts one slab of rows or columns to float64
+at a time, so the extra memory is one slab, never a float64 copy of the features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+SLAB_ELEMENTS = 1 << 22  # elements of one float64 slab of features
+
+
+def _slab_starts(count: int, width: int) -> tuple[range, int]:
+    step = max(1, SLAB_ELEMENTS // max(width, 1))
+    return range(0, count, step), step
+
+
+@dataclass
+class LeastSquares:
+    """Blocks of rows (Z_k [n_k, p], Y_k [n_k, C] float64) with row weights omega_k."""
+
+    features: list[Tensor]
+    targets: list[Tensor]
+    row_weights: list[float]
+    bias: bool = True
+
+    @property
+    def dim(self) -> int:
+        """d, the length of a column of psi: p, plus 1 with the bias."""
+        return self.features[0].shape[1] + int(self.bias)
+
+    def _times(self, z: Tensor, psi: Tensor) -> Tensor:
+        starts, step = _slab_starts(*z.shape)
+        fit = torch.cat(
+            [psi.new_zeros(0, psi.shape[1])]
+            + [z[s : s + step].to(torch.float64) @ psi[: z.shape[1]] for s in starts]
+        )
+        return fit + psi[-1] if self.bias else fit
+
+    def _transpose_times(self, blocks: list[Tensor], weights: list[float]) -> Tensor:
+        """sum_k weights_k Zhat_k^T E_k, [d, C]."""
+        total = torch.zeros(self.dim, blocks[0].shape[1], dtype=torch.float64)
+        for z, e, weight in zip(self.features, blocks, weights, strict=True):
+            weighted = weight * e
+            starts, step = _slab_starts(*z.shape)
+            for s in starts:
+                total[: z.shape[1]] += z[s : s + step].to(torch.float64).T @ weighted[s : s + step]
+            if self.bias:
+                total[-1] += weighted.sum(dim=0)
+        return total
+
+    def residuals(self, psi: Tensor) -> list[Tensor]:
+        return [self._times(z, psi) - y for z, y in zip(self.features, self.targets, strict=True)]
+
+    def gradient(self, psi: Tensor) -> Tensor:
+        return self._transpose_times(self.residuals(psi), self.row_weights)
+
+    def loss(self, psi: Tensor) -> float:
+        # From the residual: a Gram form would cancel catastrophically near a zero loss.
+        return 0.5 * sum(
+            weight * float(r.square().sum())
+            for weight, r in zip(self.row_weights, self.residuals(psi), strict=True)
+        )
+
+    def moment(self) -> Tensor:
+        """b = sum_k omega_k Zhat_k^T Y_k, [d, C]; the gradient is H psi - b."""
+        return self._transpose_times(self.targets, self.row_weights)
+
+    def gram(self) -> Tensor:
+        """H = sum_k omega_k Zhat_k^T Zhat_k, [d, d], streamed over row slabs."""
+        gram = torch.zeros(self.dim, self.dim, dtype=torch.float64)
+        for z, weight in zip(self.features, self.row_weights, strict=True):
+            starts, step = _slab_starts(*z.shape)
+            for s in starts:
+                slab = z[s : s + step].to(torch.float64)
+                if self.bias:
+                    slab = torch.cat([slab, slab.new_ones(slab.shape[0], 1)], dim=1)
+                gram += weight * (slab.T @ slab)
+        return gram
+
+    def _root_weights(self) -> Tensor:
+        return torch.cat(
+            [
+                torch.full((z.shape[0],), weight**0.5, dtype=torch.float64)
+                for z, weight in zip(self.features, self.row_weights, strict=True)
+            ]
+        )
+
+    def kernel(self) -> Tensor:
+        """K = Omega^(1/2) Zhat Zhat^T Omega^(1/2) over all n rows, [n, n], streamed over
+        column slabs. Its nonzero eigenvalues are H's."""
+        root = self._root_weights()
+        kernel = torch.outer(root, root) if self.bias else root.new_zeros(len(root), len(root))
+        starts, step = _slab_starts(self.features[0].shape[1], len(root))
+        for c in starts:
+            slab = torch.cat([z[:, c : c + step].to(torch.float64) for z in self.features])
+            slab *= root[:, None]
+            kernel += slab @ slab.T
+        return kernel
+
+    def root_times(self, psi: Tensor) -> Tensor:
+        """Omega^(1/2) Zhat psi over all rows, [n, C]."""
+        root = self._root_weights()
+        return root[:, None] * torch.cat([self._times(z, psi) for z in self.features])
+
+    def root_transpose_times(self, stacked: Tensor) -> Tensor:
+        """Zhat^T Omega^(1/2) E for E [n, C] over all rows, [d, C]."""
+        blocks = list(torch.split(stacked, [z.shape[0] for z in self.features]))
+        return self._transpose_times(blocks, [w**0.5 for w in self.row_weights])

@@ -1,0 +1,119 @@
+"""VHL's spec block, `algorithm: {..., vhl: {...}}`: the variant, the virtual data's generator
+and the weights of the objective's terms."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from fedhet.core.errors import InputError
+from fedhet.core.sections import Section
+
+
+class _GeneratorSpec(Section):
+    per_class: int = Field(200, ge=2, description="virtual images per class (official: 200)")
+
+    def options(self) -> dict[str, Any]:
+        """Keyword options of `fedhet.methods.vhl.generate` for this generator."""
+        return self.model_dump(exclude={"kind", "per_class"})
+
+
+class StyleGAN2Spec(_GeneratorSpec):
+    """Untrained StyleGAN2; class k's latents z ~ N(mu_k, latent_std^2), mu_k ~ N(0, 0.5^2)."""
+
+    kind: Literal["stylegan2"] = "stylegan2"
+    style_dim: int = Field(64, ge=1)
+    mapping_layers: int = Field(1, ge=0)
+    channels: int = Field(64, ge=1, description="feature width (official code: 512)")
+    noise_strength: float = Field(
+        0.0,
+        ge=0,
+        description="scale of the per-layer noise inputs; 0 as the authors' untrained generator "
+        "(its noise-injection weights start at zero), 1 lets the per-class noise act",
+    )
+    class_mean_std: float = Field(0.5, gt=0)
+    latent_std: float = Field(0.3, ge=0)
+
+
+class NoiseSpec(_GeneratorSpec):
+    """Per-class mean image at low resolution plus per-sample noise, upsampled bilinearly."""
+
+    kind: Literal["noise"] = "noise"
+    low_resolution: int = Field(8, ge=1)
+    class_mean_std: float = Field(1.0, gt=0)
+    sample_std: float = Field(0.5, ge=0)
+
+
+class ConvSpec(_GeneratorSpec):
+    """One randomly initialized small conv generator per class."""
+
+    kind: Literal["conv"] = "conv"
+    z_dim: int = Field(64, ge=1)
+    channels: int = Field(32, ge=1)
+
+
+GeneratorSpec = Annotated[StyleGAN2Spec | NoiseSpec | ConvSpec, Field(discriminator="kind")]
+
+_VARIANT_LABELS = {"vhl": "VHL", "naive": "naive VHL", "vfa": "VFA"}
+
+
+class VHLSpec(Section):
+    variant: Literal["vhl", "naive", "vfa"] = "vhl"
+    generator: GeneratorSpec = StyleGAN2Spec()
+    classes: int | None = Field(
+        None, ge=1, description="number of virtual classes C_v; default: the natural classes' C"
+    )
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="seed of the virtual data (vfa: of the Gaussians); default: the spec's",
+    )
+    labels: Literal["extra", "shared"] = Field(
+        "extra", description="virtual classes as C_v extra outputs (official) or sharing the first"
+    )
+    batch_size: int | None = Field(
+        None, ge=1, description="virtual samples per step; default: the real batch's size"
+    )
+    augment: bool = Field(
+        True,
+        description="random crop (padding 4) and horizontal flip of every virtual image drawn "
+        "(the authors' loader); false uses the stored images as they are",
+    )
+    alpha: float = Field(1.0, ge=0, description="weight of the cross-entropy on virtual data")
+    lam: float = Field(1.0, ge=0, description="weight of the calibration term")
+    virtual_supcon: float = Field(
+        0.1, ge=0, description="weight of SupCon over the virtual features alone (official code)"
+    )
+    temperature: float = Field(0.07, gt=0, description="SupCon temperature")
+    vfa_std: float = Field(0.05, gt=0, description="vfa: std of the per-class Gaussians")
+
+    @property
+    def uses_images(self) -> bool:
+        return self.variant != "vfa"
+
+    def label(self) -> str:
+        label = _VARIANT_LABELS[self.variant]
+        if self.uses_images and self.generator.kind != "stylegan2":
+            label += f"({self.generator.kind})"
+        if self.uses_images and not self.augment:
+            label += "(no aug)"
+        return label
+
+
+def virtual_classes(config: VHLSpec, natural_classes: int) -> int:
+    """C_v; with shared labels virtual class k uses output k, so C_v may not exceed C."""
+    classes = config.classes or natural_classes
+    if config.labels == "shared" and classes > natural_classes:
+        raise InputError(
+            f"algorithm.vhl.classes={classes} exceeds the dataset's {natural_classes} classes "
+            "with labels: shared; lower it or use labels: extra"
+        )
+    return classes
+
+
+def extra_outputs(config: VHLSpec | None, natural_classes: int) -> int:
+    """Outputs the model needs beyond the natural classes (0 unless virtual labels are extra)."""
+    if config is None or not config.uses_images or config.labels == "shared":
+        return 0
+    return virtual_classes(config, natural_classes)

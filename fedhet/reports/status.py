@@ -1,0 +1,191 @@
+"""What the store holds of a spec: each stage's state (stored, partial: round k of n, missing),
+each run's results so far, and the time the missing work should take, estimated from stored
+artifacts of the same stage and shape."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fedhet.core.pipeline import StageNode
+from fedhet.core.store import ArtifactInfo, ArtifactStore
+from fedhet.engine.loop import Checkpoints
+from fedhet.runs import Run, result_row, stored_metrics
+
+STORED, PARTIAL, MISSING = "stored", "partial", "missing"
+# Config fields that change how long a stage takes only in proportion (rounds) or not at all
+# (seed), so stored runs that differ only in them say how long a stage takes.
+_UNSHAPED = ("seed", "rounds")
+
+
+@dataclass(frozen=True)
+class StageState:
+    node: StageNode
+    state: str
+    done: int | None = None  # rounds completed by a partial stage's checkpoint
+    total: int | None = None  # the stage's rounds, for stages that run in rounds
+
+    @property
+    def description(self) -> str:
+        if self.state == PARTIAL and self.done is not None:
+            return f"partial (round {self.done} of {self.total or '?'})"
+        return self.state
+
+
+def _rounds(config: dict[str, Any]) -> int | None:
+    federation = config.get("federation")
+    return federation.get("rounds") if isinstance(federation, dict) else None
+
+
+def stage_state(node: StageNode, store: ArtifactStore) -> StageState:
+    total = _rounds(node.config)
+    if store.exists(node.stage, node.key):
+        return StageState(node, STORED, total, total)
+    partial = store.partial_dir(node.stage, node.key)
+    if not partial.exists():
+        return StageState(node, MISSING, None, total)
+    done = Checkpoints(partial, torch.device("cpu")).latest_round()
+    return StageState(node, PARTIAL, done, total)
+
+
+# --- time estimates ---------------------------------------------------------------------
+
+
+def _shape(stage: str, config: dict[str, Any], upstream: list[Any]) -> str:
+    """What a stage's duration depends on: its config less seed and rounds, and its upstream
+    shapes; a partition only by its dataset and number of clients."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in _UNSHAPED}
+        return value
+
+    if stage == "partition":
+        config = {"dataset": config.get("dataset"), "clients": config["partition"].get("clients")}
+    return json.dumps([stage, strip(config), sorted(upstream)], sort_keys=True)
+
+
+def node_shape(node: StageNode) -> str:
+    return _shape(node.stage, node.config, [node_shape(up) for up in node.upstream.values()])
+
+
+class Estimator:
+    """Seconds a stage still needs, from the stored artifacts of the same stage and shape: their
+    seconds per round times the rounds left, or their whole wall time for stages without rounds."""
+
+    def __init__(self, store: ArtifactStore):
+        by_key = {info.key: info for info in store.ls()}
+        self._per_shape: dict[str, list[float]] = defaultdict(list)
+        for info in by_key.values():
+            shape, seconds = self._shape_of(info, by_key), info.attrs.get("wall_time_s")
+            rounds = _rounds(info.attrs.get("config", {}))
+            if shape is not None and isinstance(seconds, int | float):
+                self._per_shape[shape].append(seconds / rounds if rounds else seconds)
+
+    def _shape_of(self, info: ArtifactInfo, by_key: dict[str, ArtifactInfo]) -> str | None:
+        upstream = []
+        for key in info.attrs.get("upstream", {}).values():
+            if key not in by_key:
+                return None
+            upstream.append(self._shape_of(by_key[key], by_key))
+        if "config" not in info.attrs or None in upstream:
+            return None
+        return _shape(info.stage, info.attrs["config"], upstream)
+
+    def seconds_left(self, state: StageState) -> float | None:
+        """None when no stored artifact gives an estimate; 0 for a stored stage."""
+        if state.state == STORED:
+            return 0.0
+        samples = self._per_shape.get(node_shape(state.node))
+        if not samples:
+            return None
+        per_unit = sum(samples) / len(samples)
+        if state.total is None:
+            return per_unit
+        return per_unit * (state.total - (state.done or 0))
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "no estimate"
+    if seconds < 1:
+        return "<1s"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes = round(seconds / 60)
+    return f"{minutes}m" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+# --- the plan and the runs --------------------------------------------------------------
+
+
+def plan_rows(runs: list[Run], store: ArtifactStore) -> tuple[list[dict[str, Any]], str]:
+    """One row per stage of every run, a stage shared by several runs only under the first; and
+    a one-line summary of the states and the time still needed."""
+    users: dict[str, int] = defaultdict(int)
+    for run in runs:
+        for node in run.node.walk():
+            users[node.key] += 1
+    estimator, rows, seen = Estimator(store), [], set()
+    for run in runs:
+        for node in run.node.walk():
+            if node.key in seen:
+                continue
+            seen.add(node.key)
+            state = stage_state(node, store)
+            left = estimator.seconds_left(state)
+            rows.append(
+                {
+                    "run": run.label,
+                    "stage": node.stage,
+                    "key": node.key[:10],
+                    "state": state.description,
+                    "runs": users[node.key],
+                    "seconds_left": left,
+                    "left": "" if state.state == STORED else duration(left),
+                }
+            )
+    return rows, _summary(rows)
+
+
+def _summary(rows: list[dict[str, Any]]) -> str:
+    counts = defaultdict(int)
+    for row in rows:
+        counts[row["state"].split()[0]] += 1
+    states = ", ".join(f"{counts[s]} {s}" for s in (STORED, PARTIAL, MISSING) if counts[s])
+    unknown = sum(row["seconds_left"] is None for row in rows)
+    total = sum(row["seconds_left"] or 0.0 for row in rows)
+    if counts[PARTIAL] + counts[MISSING] == 0:
+        return f"{len(rows)} stages: {states}; nothing left to run"
+    needed = f"about {duration(total)} still needed" if total else "no time estimate"
+    if unknown and total:
+        needed += f" (no estimate for {unknown} stage{'s' if unknown > 1 else ''})"
+    return f"{len(rows)} stages: {states}; {needed}"
+
+
+def run_row(run: Run, store: ArtifactStore) -> dict[str, Any]:
+    """A run's results as far as the store has them."""
+    state = stage_state(run.node, store)
+    row: dict[str, Any] = {
+        "label": run.label,
+        "algorithm": run.algorithm_label,
+        "setting": run.setting_label,
+        "seed": run.spec.seed,
+        "state": state.state,
+        "best_accuracy": math.nan,
+        "final_accuracy": math.nan,
+        "rounds": f"{state.done or 0}/{state.total}" if state.total else "",
+        "wall_time_s": math.nan,
+    }
+    if state.state == STORED:
+        group = store.open(run.node.stage, run.node.key)
+        if "metrics" in group:
+            result = result_row(run, stored_metrics(group))
+            row |= {k: result[k] for k in ("best_accuracy", "final_accuracy", "wall_time_s")}
+            row["rounds"] = result["rounds"]
+    return row

@@ -1,0 +1,207 @@
+"""Every way out of the installed `fedhet` console script, as a user meets it: help, version,
+usage errors, an unexpected failure inside a run, and SIGINT/SIGTERM during `train` (checkpoint
+kept, the same command resumes, and the result equals an uninterrupted run's bit for bit)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from conftest import TINY_SPEC, CliResult, CliRunner, cli_env, write_spec
+
+from fedhet import __version__
+from fedhet.core.store import ArtifactStore
+
+SCRIPT = Path(sys.executable).with_name("fedhet")  # the console script pip installed
+
+
+def installed(*args, env: dict[str, str] | None = None, timeout: float = 180) -> CliResult:
+    proc = subprocess.run(
+        [SCRIPT, *map(str, args)], capture_output=True, text=True, env=env or cli_env(),
+        timeout=timeout,
+    )  # fmt: skip
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def stderr_lines(result: CliResult) -> list[str]:
+    return result.stderr.strip("\n").splitlines()
+
+
+def test_no_arguments_prints_help_on_stdout():
+    result = installed()
+    assert result.rc == 0, result.stderr
+    assert "Usage: fedhet" in result.stdout and "train" in result.stdout
+    assert result.stderr == ""
+
+
+def test_version():
+    result = installed("--version")
+    assert (result.rc, result.stdout, result.stderr) == (0, f"fedhet {__version__}\n", "")
+
+
+USAGE_ERRORS = {
+    "unknown command": (["frobnicate"], "No such command 'frobnicate'"),
+    "unknown option": (["train", "--frobnicate", "x.yaml"], "No such option: --frobnicate"),
+    "missing argument": (["train"], "Missing argument 'SPEC'"),
+    "missing spec file": (["train", "nope.yaml"], "nope.yaml: spec file not found"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USAGE_ERRORS))
+def test_usage_errors_are_one_line_with_exit_2(case: str, tmp_path: Path):
+    args, expected = USAGE_ERRORS[case]
+    result = installed(*args, env=cli_env(tmp_path / "store"))
+    assert result.rc == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = stderr_lines(result)
+    assert line.startswith("error: ") and expected in line
+    assert not (tmp_path / "store").exists()
+
+
+# --- an unexpected failure inside a run ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corrupt_store(fedhet: CliRunner, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(spec, store) whose stored partition has a chunk overwritten with garbage: reading it makes
+    the compression library raise, an error fedhet does not anticipate."""
+    root = tmp_path_factory.mktemp("corrupt")
+    spec, store = write_spec(root / "tiny.yaml", TINY_SPEC), root / "store"
+    assert fedhet("partition", spec, store=store).rc == 0
+    (info,) = ArtifactStore(store).ls()
+    (chunk,) = (info.path / "indices" / "c").iterdir()
+    chunk.write_bytes(b"not a compressed chunk")
+    return spec, store
+
+
+CRASH_LINE = re.compile(
+    r"error: unexpected (\w+) at (\w+\.py):\d+ \((\w+)\): (.+); full traceback in (\S+)"
+    r" \(or rerun with --debug\)"
+)
+
+
+def test_an_unexpected_exception_is_one_line_with_the_traceback_in_a_file(
+    corrupt_store: tuple[Path, Path], tmp_path: Path
+):
+    spec, store = corrupt_store
+    result = installed("train", spec, env=cli_env(store, FEDHET_CRASH_DIR=str(tmp_path)))
+    assert result.rc == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in stderr_lines(result) if line.startswith("error")]
+    assert errors == stderr_lines(result)[-1:]
+    match = CRASH_LINE.fullmatch(errors[0])
+    assert match, errors[0]
+    kind, module, function, message, path = match.groups()
+    assert (module, function) == ("partition_stage.py", "load_partition")
+    written = Path(path).read_text()
+    assert Path(path).parent == tmp_path
+    assert written.startswith("Traceback (most recent call last)")
+    assert f"{kind}: {message}" in written and "load_partition" in written
+    assert not list(store.glob("*/*.tmp-*"))  # the train artifact's temporary is gone
+
+
+@pytest.mark.parametrize("how", ["--debug", "FEDHET_DEBUG=1"])
+def test_debug_shows_the_traceback(corrupt_store: tuple[Path, Path], tmp_path: Path, how: str):
+    spec, store = corrupt_store
+    env = cli_env(store, FEDHET_CRASH_DIR=str(tmp_path))
+    args = ["train", spec]
+    if how == "--debug":
+        args.insert(0, "--debug")
+    else:
+        env["FEDHET_DEBUG"] = "1"
+    result = installed(*args, env=env)
+    assert result.rc == 1
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "in load_partition" in result.stderr
+    assert re.search(r"error: unexpected \w+ at partition_stage\.py", stderr_lines(result)[-1])
+
+
+# --- interrupts -----------------------------------------------------------------------------
+
+ROUNDS = 30
+SLOW_SPEC = {
+    **TINY_SPEC,
+    "name": "interruptible",
+    "model": {"arch": "mlp", "hidden": [32]},
+    "federation": {"rounds": ROUNDS, "batch_size": 16, "lr": 0.05},
+    "runtime": {"threads": 1, "checkpoint_every": 1, "progress": False},
+}
+
+
+def stored_arrays(store: Path) -> dict[str, np.ndarray]:
+    """Every array of the store's one train artifact but the wall times, by path."""
+    (info,) = [a for a in ArtifactStore(store).ls() if a.stage == "train"]
+    arrays: dict[str, np.ndarray] = {}
+
+    def walk(group: zarr.Group, prefix: str) -> None:
+        for name, member in group.members():
+            if isinstance(member, zarr.Array):
+                arrays[prefix + name] = member[...]
+            else:
+                walk(member, f"{prefix}{name}/")
+
+    walk(zarr.open_group(info.path, mode="r"), "")
+    del arrays["metrics/wall_time"]
+    return arrays
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(fedhet: CliRunner, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("uninterrupted")
+    spec, store = write_spec(root / "spec.yaml", SLOW_SPEC), root / "store"
+    result = fedhet("train", spec, store=store)
+    assert result.rc == 0, result.stderr
+    return stored_arrays(store)
+
+
+def wait_for_checkpoint(store: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not list(store.glob("train/*.partial/ckpt-*.zarr")):
+        assert proc.poll() is None, "fedhet train ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+
+
+INTERRUPTED = re.compile(
+    rf"interrupted at round (\d+) of {ROUNDS} \(train ([0-9a-f]{{12}})\); "
+    "run the same command to resume"
+)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_keeps_the_checkpoint_and_the_same_command_resumes(
+    uninterrupted: dict, tmp_path: Path, signum: signal.Signals
+):
+    spec, store = write_spec(tmp_path / "spec.yaml", SLOW_SPEC), tmp_path / "store"
+    command = [SCRIPT, "train", spec, "--store", store]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_checkpoint(store, proc)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, stderr
+    assert "Traceback" not in stderr
+    match = INTERRUPTED.fullmatch(stderr.strip().splitlines()[-1])
+    assert match, stderr
+    round_number, key12 = int(match[1]), match[2]
+    assert 1 < round_number <= ROUNDS
+    (partial,) = store.glob(f"train/{key12}*.partial")
+    checkpoints = [p.name for p in partial.glob("ckpt-*.zarr")]
+    assert checkpoints == [f"ckpt-{round_number - 1:06d}.zarr"]  # the last completed round
+    assert not list(store.glob("train/*.zarr")) and not list(store.glob("*/*.tmp-*"))
+
+    resumed = installed(*command[1:])
+    assert resumed.rc == 0, resumed.stderr
+    assert f"resuming train {key12} from round {round_number} of {ROUNDS}" in resumed.stderr
+    assert "computing" not in resumed.stderr  # the partition is reused, the run resumed
+    arrays = stored_arrays(store)
+    assert arrays.keys() == uninterrupted.keys()
+    for name, expected in uninterrupted.items():
+        assert np.array_equal(arrays[name], expected, equal_nan=True), name
+    assert not partial.exists()

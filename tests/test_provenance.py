@@ -1,0 +1,139 @@
+"""Every artifact records the environment it was computed in (never in its key), `artifacts
+show` prints it, and reusing or reporting results computed elsewhere is said in one line."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import zarr
+from conftest import REPO, CliRunner, write_spec
+
+from fedhet import __version__
+from fedhet.core import provenance
+from fedhet.core.spec import parse_spec
+from fedhet.core.store import ArtifactStore
+from fedhet.runs import execute, runs_of
+
+SPEC = {
+    "name": "provenance",
+    "data": {"dataset": "digits"},
+    "partition": {"scheme": "iid", "clients": 3},
+    "model": {"arch": "mlp", "hidden": []},
+    "federation": {"rounds": 1, "batch_size": 64, "lr": 0.1},
+    "runtime": {"threads": 1, "progress": False, "device": "cpu"},
+}
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_environment_names_versions_build_threads_device_and_platform(one_thread):
+    torch.set_num_threads(1)
+    env = provenance.environment()
+    assert env["fedhet"] == __version__
+    assert (env["torch"], env["torch_cuda"], env["torch_git"]) == (
+        torch.__version__,
+        torch.version.cuda,
+        torch.version.git_version,
+    )
+    assert env["threads"] == 1 and env["device"] == "cpu" and "gpu" not in env
+    assert env["platform"] == platform.platform() and env["machine"] == platform.machine()
+    assert env["python"] == platform.python_version()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_revision_is_the_checkouts_head_and_its_state():
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    if head.returncode != 0:
+        pytest.skip("not run from a git checkout")
+    status = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    provenance.git_revision.cache_clear()
+    assert provenance.environment()["git"] == {
+        "revision": head.stdout.strip(),
+        "dirty": bool(status.strip()),
+    }
+
+
+def test_without_git_the_revision_is_absent_and_nothing_fails(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
+    provenance.git_revision.cache_clear()
+    try:
+        env = provenance.environment()
+    finally:
+        provenance.git_revision.cache_clear()
+    assert "git" not in env and env["torch"] == torch.__version__
+
+
+def test_the_store_records_the_thread_count_the_stage_computed_with(tmp_path, one_thread):
+    store = ArtifactStore(tmp_path)
+    with store.lock("x", "k"), store.write("x", "k", {}):
+        torch.set_num_threads(2)  # what a stage does when runtime.threads says so
+    recorded = store.open("x", "k").attrs["environment"]
+    assert recorded["threads"] == 2
+    assert recorded == provenance.environment()  # the rest: this process
+
+
+def test_a_run_reused_from_another_environment_is_announced_in_one_line(
+    tmp_path, one_thread, capsys
+):
+    (run,) = runs_of(parse_spec(SPEC))
+    store = ArtifactStore(tmp_path)
+    torch.set_num_threads(2)  # the process's default differs from the spec's runtime.threads
+    execute(run, store)
+    assert (
+        store.open("partition", run.node.upstream["partition"].key).attrs["environment"]["threads"]
+        == 1
+    )  # every stage of the run computes with the spec's threads
+    stored = zarr.open_group(store.path("train", run.node.key), mode="r+")
+    stored.attrs["environment"] = {**stored.attrs["environment"], "threads": 7, "torch": "2.0.0"}
+    capsys.readouterr()
+    execute(run, store)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line for line in lines if "another environment" in line] == [
+        f"train {run.node.key[:12]}: reusing the stored artifact, computed under another "
+        f"environment: 7 threads (now 1 thread), torch 2.0.0 (now torch {torch.__version__})"
+    ]
+
+
+def test_report_lists_environments_and_announces_results_from_elsewhere(
+    fedhet: CliRunner, tmp_path: Path
+):
+    spec = write_spec(tmp_path / "env.yaml", {**SPEC, "matrix": {"seed": [0, 1]}})
+    store, out = tmp_path / "store", tmp_path / "out"
+    assert fedhet("train", spec, store=store).rc == 0
+    first, second = runs_of(parse_spec({**SPEC, "matrix": {"seed": [0, 1]}}))
+    group = zarr.open_group(ArtifactStore(store).path("train", second.node.key), mode="r+")
+    group.attrs["environment"] = {**group.attrs["environment"], "threads": 3}
+    result = fedhet("report", spec, "--out", out, store=store)
+    assert result.rc == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "another environment" in line]
+    assert line == (
+        "1 of 2 runs were computed under another environment: 3 threads (now 1 thread); "
+        "the report lists the environments"
+    )
+    text = (out / "provenance.md").read_text()
+    listed = [line for line in text.splitlines() if line.startswith("- fedhet ")]
+    assert sorted(listed) == [
+        "- " + provenance.summary({**group.attrs["environment"], "threads": t}) + ": 1 run"
+        for t in (1, 3)
+    ]
+    shown = fedhet("artifacts", "show", first.node.key[:12], "--store", store)
+    assert shown.rc == 0, shown.stderr
+    computed_in = shown.stdout.split("computed in", 1)[1]
+    assert f"torch     {torch.__version__}" in computed_in and "threads   1" in computed_in
+    assert "device    cpu" in computed_in and f"fedhet    {__version__}" in computed_in
