@@ -83,18 +83,19 @@ def group_labels(runs: list[tuple[str, dict[str, Any], Spec]]) -> dict[str, tupl
     for group, axes, spec in runs:
         members.setdefault(group, []).append((axes, spec))
     parts = {group: _axis_parts(runs) for group, runs in members.items()}
-    flat = {group: _flat_fields(runs[0][1]) for group, runs in members.items()}
-    for path in _distinguishing_fields(parts, flat):
+    specs = {group: runs[0][1] for group, runs in members.items()}
+    flat = {group: _flat_fields(spec) for group, spec in specs.items()}
+    for path in _distinguishing_fields(parts, specs):
         for group, (algorithm, setting) in parts.items():
             value = flat[group].get(path)
             if value is not None:
                 side = algorithm if path.startswith("algorithm.") else setting
                 side.append(_field_part(path, value))
-    labels = {
-        group: (", ".join(dict.fromkeys(algorithm)), ", ".join(dict.fromkeys(setting)))
-        for group, (algorithm, setting) in parts.items()
-    }
-    return _unique(labels)
+    return _unique({group: _joined(*both) for group, both in parts.items()})
+
+
+def _joined(algorithm: list[str], setting: list[str]) -> tuple[str, str]:
+    return ", ".join(dict.fromkeys(algorithm)), ", ".join(dict.fromkeys(setting))
 
 
 def _axis_parts(runs: list[tuple[dict[str, Any], Spec]]) -> tuple[list[str], list[str]]:
@@ -106,13 +107,12 @@ def _axis_parts(runs: list[tuple[dict[str, Any], Spec]]) -> tuple[list[str], lis
             continue
         if any(other[axis] != value for other, _ in runs):  # not a property of the group
             continue
+        side = algorithm if axis.startswith("algorithm.") else setting
         if axis == "partition":
-            setting.append(partition_label(spec.partition))
+            side.append(partition_label(spec.partition))
         elif isinstance(value, dict):
-            side = algorithm if axis.startswith("algorithm.") else setting
             side.extend(_field_part(f"{axis}.{k}", v) for k, v in value.items())
         else:
-            side = algorithm if axis.startswith("algorithm.") else setting
             side.append(_field_part(axis, value))
     return algorithm, setting or [partition_label(spec.partition)]
 
@@ -148,18 +148,15 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _distinguishing_fields(
-    parts: dict[str, tuple[list[str], list[str]]], flat: dict[str, dict[str, Any]]
+    parts: dict[str, tuple[list[str], list[str]]], specs: dict[str, Spec]
 ) -> list[str]:
     """The fields that differ between groups that share both labels, in spec order."""
-    sharing: dict[tuple[str, ...], list[str]] = {}
-    for group, (algorithm, setting) in parts.items():
-        sharing.setdefault((*algorithm, "|", *setting), []).append(group)
+    sharing: dict[tuple[str, str], list[str]] = {}
+    for group, both in parts.items():
+        sharing.setdefault(_joined(*both), []).append(group)
     found: dict[str, None] = {}
     for groups in sharing.values():
-        paths = dict.fromkeys(path for group in groups for path in flat[group])
-        for path in paths:
-            if len({repr(flat[group].get(path)) for group in groups}) > 1:
-                found[path] = None
+        found.update(dict.fromkeys(varying_fields([specs[group] for group in groups])))
     return list(found)
 
 

@@ -9,9 +9,14 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib
+import numpy as np
 import pytest
 import yaml
 from conftest import TINY_SPEC, CliResult, CliRunner, cli_env, write_spec
+from matplotlib.image import imread
+from scipy import ndimage
+from scipy.spatial import cKDTree
 
 from fedhet.core.spec import json_schema, load_spec, parse_spec
 from fedhet.core.store import ArtifactStore
@@ -97,21 +102,50 @@ def test_partition_plot_writes_a_png(partitioned: Partitioned):
     assert f"wrote {partitioned.plot}" in partitioned.second.stdout.replace("\n", "")
 
 
+def heatmap_levels(png: Path, rows: int, columns: int) -> np.ndarray:
+    """The viridis level (0 to 1) at the centre of each cell of the heatmap in a PNG: the
+    largest area drawn in viridis colours (the colour bar is a smaller one)."""
+    lut = matplotlib.colormaps["viridis"](np.linspace(0, 1, 256))[:, :3]
+    image = imread(png)[..., :3]
+    distance, level = cKDTree(lut).query(image.reshape(-1, 3))
+    in_colormap = (distance < 0.01).reshape(image.shape[:2])
+    areas, count = ndimage.label(in_colormap)
+    largest = 1 + np.argmax(ndimage.sum(in_colormap, areas, range(1, count + 1)))
+    ys, xs = np.nonzero(areas == largest)
+    centre_y = ys.min() + (np.arange(rows) + 0.5) * (ys.max() + 1 - ys.min()) / rows
+    centre_x = xs.min() + (np.arange(columns) + 0.5) * (xs.max() + 1 - xs.min()) / columns
+    levels = level.reshape(image.shape[:2]) / 255
+    return levels[np.ix_(centre_y.astype(int), centre_x.astype(int))]
+
+
+def test_partition_heatmap_shades_each_cell_by_its_sample_count(partitioned: Partitioned):
+    histogram = ArtifactStore(partitioned.store).open("partition", partitioned.artifact.key)[
+        "histogram"
+    ][:]
+    levels = heatmap_levels(partitioned.plot, *histogram.shape)
+    expected = (histogram - histogram.min()) / (histogram.max() - histogram.min())
+    assert expected.std() > 0.1  # a label skew: cells differ
+    # viridis runs dark to bright: more samples, brighter cell, on a scale from min to max
+    assert np.abs(levels - expected).max() < 0.01
+
+
 # --- artifacts ----------------------------------------------------------------------------
 
 
-def test_artifacts_ls_shows_stage_key_spec_size_created(
+def test_artifacts_ls_shows_stage_key_label_size_created(
     fedhet: CliRunner, partitioned: Partitioned
 ):
-    env = cli_env()
+    env = cli_env(COLUMNS="120")  # wide enough that the label does not wrap
     env.pop("FEDHET_STORE", None)
     result = fedhet("artifacts", "ls", "--store", partitioned.store, env=env)
     assert result.rc == 0, result.stderr
     info = partitioned.artifact
-    (row,) = [line for line in result.stdout.splitlines() if info.key[:12] in line]
+    (row,) = [line for line in result.stdout.splitlines() if info.key[:10] in line]
     cells = [cell.strip() for cell in row.strip("│ ").split("│")]
-    assert cells == ["partition", info.key[:12], "tiny-digits", cells[3], info.attrs["created"]]
-    assert re.fullmatch(r"\d+\.\d\d MB", cells[3])
+    created = info.attrs["created"][:16].replace("T", " ")
+    label = "digits alpha=0.5, 4 clients, seed 3"
+    assert cells == ["partition", info.key[:10], label, cells[3], created]
+    assert re.fullmatch(r"\d+\.\d\d", cells[3])
 
 
 def test_artifacts_show_prints_arrays_with_shapes_and_dtypes(

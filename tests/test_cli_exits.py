@@ -108,7 +108,9 @@ def test_an_unexpected_exception_is_one_line_with_the_traceback_in_a_file(
 
 
 @pytest.mark.parametrize("how", ["--debug", "FEDHET_DEBUG=1"])
-def test_debug_shows_the_traceback(corrupt_store: tuple[Path, Path], tmp_path: Path, how: str):
+def test_debug_shows_the_traceback(
+    fedhet: CliRunner, corrupt_store: tuple[Path, Path], tmp_path: Path, how: str
+):
     spec, store = corrupt_store
     env = cli_env(store, FEDHET_CRASH_DIR=str(tmp_path))
     args = ["train", spec]
@@ -116,7 +118,7 @@ def test_debug_shows_the_traceback(corrupt_store: tuple[Path, Path], tmp_path: P
         args.insert(0, "--debug")
     else:
         env["FEDHET_DEBUG"] = "1"
-    result = installed(*args, env=env)
+    result = fedhet(*args, env=env)  # `main()` as the console script runs it, in a fork
     assert result.rc == 1
     assert "Traceback (most recent call last)" in result.stderr
     assert "in load_partition" in result.stderr
@@ -177,7 +179,7 @@ INTERRUPTED = re.compile(
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_keeps_the_checkpoint_and_the_same_command_resumes(
-    uninterrupted: dict, tmp_path: Path, signum: signal.Signals
+    fedhet: CliRunner, uninterrupted: dict, tmp_path: Path, signum: signal.Signals
 ):
     spec, store = write_spec(tmp_path / "spec.yaml", SLOW_SPEC), tmp_path / "store"
     command = [SCRIPT, "train", spec, "--store", store]
@@ -196,7 +198,7 @@ def test_a_signal_keeps_the_checkpoint_and_the_same_command_resumes(
     assert checkpoints == [f"ckpt-{round_number - 1:06d}.zarr"]  # the last completed round
     assert not list(store.glob("train/*.zarr")) and not list(store.glob("*/*.tmp-*"))
 
-    resumed = installed(*command[1:])
+    resumed = fedhet(*command[1:])  # the same command (forked `main()`, to save a start-up)
     assert resumed.rc == 0, resumed.stderr
     assert f"resuming train {key12} from round {round_number} of {ROUNDS}" in resumed.stderr
     assert "computing" not in resumed.stderr  # the partition is reused, the run resumed
@@ -205,3 +207,29 @@ def test_a_signal_keeps_the_checkpoint_and_the_same_command_resumes(
     for name, expected in uninterrupted.items():
         assert np.array_equal(arrays[name], expected, equal_nan=True), name
     assert not partial.exists()
+
+
+# --- validation is fast -----------------------------------------------------------------------
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "specs" / "quickstart.yaml"
+HEAVY = ("torch", "torchvision", "matplotlib", "sklearn")
+
+
+def test_spec_validate_imports_no_torch_and_answers_within_a_second():
+    probe = (
+        "import sys, runpy\n"
+        f"sys.argv = ['fedhet', 'spec', 'validate', {str(QUICKSTART)!r}]\n"
+        "try:\n    runpy.run_module('fedhet', run_name='__main__')\n"
+        "except SystemExit as exit:\n    assert exit.code == 0, exit.code\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]", proc.stdout  # none of them imported
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        result = installed("spec", "validate", QUICKSTART)
+        times.append(time.perf_counter() - started)
+        assert result.rc == 0, result.stderr
+    assert min(times) < 2.0, times  # about 0.7 s on an idle machine; slack for a busy one

@@ -114,6 +114,7 @@ def test_the_partition_has_empty_clients(store):
     assert engine.holders == [cid for cid in range(CLIENTS) if cid not in EMPTY]
 
 
+@pytest.mark.timeout(10)
 def test_batch_schedule_of_an_empty_client_raises_instead_of_looping():
     with pytest.raises(ValueError, match="n=0"):
         next(batch_schedule(0, 16, 3, torch.Generator().manual_seed(0)))

@@ -233,8 +233,8 @@ def test_gc_dry_run_lists_without_removing(fedhet: CliRunner, tmp_path: Path):
 
 def table_commands(spec: Path) -> list[list[str]]:
     return [
-        ["train", str(spec), "matrix.seed=[0,1]"], ["partition", str(spec)], ["runs", str(spec)], ["plan", str(spec)],
-        ["artifacts", "ls"],
+        ["train", str(spec), "matrix.seed=[0,1]"], ["partition", str(spec)], ["runs", str(spec)],
+        ["plan", str(spec)], ["artifacts", "ls"],
     ]  # fmt: skip
 
 
@@ -263,8 +263,9 @@ def test_every_table_command_speaks_every_format(fedhet: CliRunner, trained):
         assert [list(r) for r in parsed[:1]] == [list(records[0])] and len(parsed) == len(records)
         markdown = fedhet(*command, "--format", "markdown", store=store).stdout
         table = [line for line in markdown.splitlines() if line.startswith("|")]
-        assert re.fullmatch(r"\|(-{3}:?\|)+", table[1].replace("---:", "---:")), markdown
-        assert all(line.count(" | ") == table[0].count(" | ") for line in table[2:])
+        assert re.fullmatch(r"\|(-{3}:?\|)+", table[1]), markdown
+        cells = {len(re.split(r"(?<!\\)\|", line)) for line in table}  # escaped pipes are text
+        assert len(cells) == 1 and len(table) > 2, markdown
     bad = fedhet("runs", spec, "--format", "xml", store=store)
     assert bad.rc == 2 and bad.stderr.count("\n") == 1
 

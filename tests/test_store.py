@@ -195,7 +195,8 @@ COMPUTER = """
         time.sleep(1.0)
         out.create_array("answer", data=np.array([42]))
 
-    spec = SimpleNamespace(name="lock-test")  # all a stage-less run needs; keeps torch out
+    # all a stage-less run needs (a name, and a dump recorded as the spec as run); keeps torch out
+    spec = SimpleNamespace(name="lock-test", model_dump=lambda **_: {"name": "lock-test"})
     print("ready", flush=True)
     sys.stdin.readline()  # start both processes' `ensure` together
     node = StageNode("slow_test_stage", 1, {"x": 1})

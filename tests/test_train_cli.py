@@ -16,6 +16,8 @@ import pytest
 import torch
 import yaml
 import zarr
+from matplotlib.colors import to_rgb
+from matplotlib.image import imread
 
 from fedhet.cli import main
 from fedhet.core.spec import load_spec
@@ -176,7 +178,7 @@ def test_run_errors_print_on_one_line_however_long(tmp_path, monkeypatch, capsys
 
 def test_eval_json_reports_global_per_class_per_client_and_cgv(tmp_path, monkeypatch, capsys):
     spec = write_spec(tmp_path, "evaluate")
-    args = ["eval", str(spec), "--store", str(tmp_path), "--json", "--cgv"]
+    args = ["eval", str(spec), "--store", str(tmp_path), "--json", "--cgv", "--train"]
     code, out, _ = fedhet(monkeypatch, capsys, *args)
     assert code == 0
     (report,) = json.loads(out)
@@ -207,7 +209,7 @@ def test_eval_of_a_personalized_run_scores_the_clients_own_models(
         federation={"rounds": 3, "batch_size": 32, "lr": 0.1, "local_steps": 5},
         algorithm={"name": name},
     )
-    args = ["eval", str(spec), "--store", str(tmp_path), "--json"]
+    args = ["eval", str(spec), "--store", str(tmp_path), "--json", "--train"]
     code, out, _ = fedhet(monkeypatch, capsys, *args)
     assert code == 0
     (report,) = json.loads(out)
@@ -248,7 +250,7 @@ def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatc
     )
     out_dir = tmp_path / "reports"
     args = ["report", str(spec), "--store", str(tmp_path / "store"), "--out", str(out_dir)]
-    code, _, _ = fedhet(monkeypatch, capsys, *args)
+    code, _, _ = fedhet(monkeypatch, capsys, *args, "--train")
     assert code == 0
     lines = (out_dir / "grid.md").read_text().splitlines()
     accuracy, rounds, speedup, cost, _ = markdown_tables(lines)
@@ -257,29 +259,45 @@ def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatc
     round_cells = {row[0]: row[1:] for row in rounds[2:]}
     speedup_cells = {row[0]: row[1:] for row in speedup[2:]}
     fedavg_best = {}
-    cost_rows = {(row[0], row[1]): row[2:] for row in cost[2:]}
+    cost_rows = {(row[0], row[1]): row[3:] for row in cost[2:]}
+    assert [row[2] for row in cost[2:]] == ["1"] * 4  # seeds per group
     assert list(best_cells) == ["fedavg", "fedprox"] and len(cost_rows) == 4
     store = ArtifactStore(tmp_path / "store")
     for run in runs_of(load_spec(spec)):
         column = ["iid", "#C=4"].index(run.setting_label)
         metrics = store.open("train", run.node.key)["metrics"]
         accuracies = metrics["test_accuracy"][:]
-        assert best_cells[run.algorithm_label][column] == f"{100 * np.nanmax(accuracies):.2f}"
+        best = f"{100 * np.nanmax(accuracies):.2f} (n=1)"
+        assert best_cells[run.algorithm_label][column] == best
         reached = [i + 1 for i, a in enumerate(accuracies) if a >= 0.2]
-        assert round_cells[run.algorithm_label][column] == f"{float(reached[0]):.1f}"
+        assert round_cells[run.algorithm_label][column] == f"{float(reached[0]):.1f} (1/1)"
         if run.algorithm_label == "fedavg":  # the reference: rounds to its own best
             fedavg_best[column] = np.nanmax(accuracies)
             best_round = float(np.nanargmax(accuracies) + 1)
-            assert speedup_cells["fedavg"][column] == f"{best_round:.1f}"
+            assert speedup_cells["fedavg"][column] == f"{best_round:.1f} (1/1)"
         else:
             reached = [i + 1 for i, a in enumerate(accuracies) if a >= fedavg_best[column]]
-            expected = f"{float(reached[0]):.1f}" if reached else "never"
+            expected = f"{float(reached[0]):.1f} (1/1)" if reached else "never (0/1)"
             assert speedup_cells[run.algorithm_label][column] == expected
         seconds, relative, up, down, trips = cost_rows[run.algorithm_label, run.setting_label]
         assert up == f"{np.mean(metrics['bytes_up'][:]) / 1e6:.3f}" and trips == "1.0"
         assert seconds == f"{np.mean(metrics['wall_time'][:]):.3f}"
         assert relative == "1.00" if run.algorithm_label == "fedavg" else float(relative) > 0
     assert (out_dir / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_curves_drawn(out_dir / "grid.png", panels=(2, 2))
+
+
+def assert_curves_drawn(png: Path, panels: tuple[int, int]) -> None:
+    """Every panel of the curves figure holds line pixels of matplotlib's first two colours
+    (the two algorithms; the legend alone would not put them in every panel)."""
+    image = imread(png)[..., :3]
+    lines = np.zeros(image.shape[:2], dtype=bool)
+    for colour in ("#1f77b4", "#ff7f0e"):
+        lines |= np.all(np.abs(image - to_rgb(colour)) < 0.05, axis=-1)
+    rows, columns = panels
+    for band in np.array_split(lines, rows, axis=0):
+        for panel in np.array_split(band, columns, axis=1):
+            assert panel.sum() > 50, f"an empty panel in {png}"
 
 
 def learning_rate_matrix(folder: Path, rates: list[float]) -> Path:
@@ -297,7 +315,7 @@ def test_report_keeps_a_diverged_run_as_a_marked_result(tmp_path, monkeypatch, c
     spec = learning_rate_matrix(tmp_path, [0.05, 1000.0])
     out_dir = tmp_path / "reports"
     args = ["report", str(spec), "--store", str(tmp_path / "store"), "--out", str(out_dir)]
-    code, _, err = fedhet(monkeypatch, capsys, *args)
+    code, _, err = fedhet(monkeypatch, capsys, *args, "--train")
     assert code == 0 and "loss became" in err
     text = (out_dir / "unstable.md").read_text()
     accuracy = markdown_tables(text.splitlines())[0]
@@ -307,7 +325,11 @@ def test_report_keeps_a_diverged_run_as_a_marked_result(tmp_path, monkeypatch, c
     per_run = markdown_tables(text.splitlines())[-1]
     (diverged,) = [row for row in per_run[2:] if row[4].startswith("diverged in round ")]
     assert diverged[1] == "lr=1000.0"
-    code_again, _, _ = fedhet(monkeypatch, capsys, *args)  # the same result when asked again
+    # a diverged run is not stored: without --train the report names it instead of training
+    code_stored, _, err = fedhet(monkeypatch, capsys, *args)
+    assert code_stored == 2 and "1 of 2 runs are not stored (fedavg, lr=1000.0, seed 0" in err
+    assert "checkpoint kept" in err
+    code_again, _, _ = fedhet(monkeypatch, capsys, *args, "--train")  # the same result again
     assert code_again == 0 and (out_dir / "unstable.md").read_text() == text
 
 

@@ -228,6 +228,7 @@ def partition(
 @app.command("virtual", epilog=_example("fedhet virtual specs/vhl_fmnist.yaml --grid grid.png"))
 def virtual(
     path: SpecPath,
+    overrides: OverridesArg = None,
     grid: Annotated[
         Path | None, typer.Option(help="write a PNG grid of samples, one row per class")
     ] = None,
@@ -240,7 +241,7 @@ def virtual(
 
     st = ArtifactStore(store)
     seen = set()
-    for _, run_spec in expand(_load(path)):
+    for _, run_spec in expand(_load(path, overrides=overrides)):
         node = virtual_upstream(run_spec).get("virtual")
         if node is None or node.key in seen:
             continue
@@ -290,7 +291,7 @@ def train(
     """Run the missing stages of every run (resuming from checkpoints) and print the results.
 
     A diverging run does not stop the others; the command then exits 1 naming it (its final
-    accuracy reads "† k/n": diverged in round k of n)."""
+    accuracy reads "diverged k/n": in round k of n)."""
     from fedhet.runs import execute, result_row, runs_of, stored_metrics
 
     st = ArtifactStore(store)
@@ -301,7 +302,7 @@ def train(
         except DivergedError as error:
             diverged.append(error)
             row = result_row(run, error.metrics)
-            failed = f"† {error.round_number}/{run.spec.federation.rounds}"
+            failed = f"diverged {error.round_number}/{run.spec.federation.rounds}"
             rows.append({**row, "final_accuracy": failed})
     columns = [c for c in RESULT_COLUMNS if any(c.key in r for r in rows)]
     show(out, rows, columns, fmt, title=path.stem)

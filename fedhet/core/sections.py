@@ -15,6 +15,10 @@ class OmitIfDefault:
 OMIT_IF_DEFAULT = OmitIfDefault()
 
 
+# Seeds reach torch.Generator.manual_seed, which takes at most 64 bits; 63 keep them positive int64
+MAX_SEED = 2**63 - 1
+
+
 class Section(BaseModel):
     # inf/nan would pass range checks like gt=0 and cannot enter a key
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

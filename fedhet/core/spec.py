@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 
 from fedhet.core import registry
 from fedhet.core.errors import InputError
-from fedhet.core.sections import OMIT_IF_DEFAULT, AlgorithmSpec, Section
+from fedhet.core.sections import MAX_SEED, OMIT_IF_DEFAULT, AlgorithmSpec, Section
 
 # --- data -------------------------------------------------------------------------------
 
@@ -276,7 +276,7 @@ class RuntimeSpec(Section):
 class Spec(Section):
     name: str = "experiment"
     description: str = ""
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     data: DataSpec = DataSpec()
     partition: PartitionSpec = IIDPartition()
     model: ModelSpec = ModelSpec()
@@ -555,19 +555,8 @@ def json_schema() -> dict[str, Any]:
 
     from pydantic import create_model
 
-    configs = tuple(_readably_named(algo) for algo in registry.algorithms().values())
+    configs = tuple(algorithm_configs().values())
     algorithm_union = Annotated[Union[configs], Field(discriminator="name")]  # noqa: UP007
     default = Field(default_factory=lambda: _validate_algorithm({"name": "fedavg"}))
     schema_model = create_model("Spec", __base__=Spec, algorithm=(algorithm_union, default))
     return schema_model.model_json_schema()
-
-
-def _readably_named(algo: Any) -> type[AlgorithmSpec]:
-    """The algorithm's config class, under its algorithm's name where it is a bare `Config`
-    (so the schema's definitions read `FedProxConfig`, not a module path); schema only."""
-    config = algo.Config
-    if config.__name__ != "Config":
-        return config
-    from pydantic import create_model
-
-    return create_model(f"{algo.__name__}Config", __base__=config, __module__=config.__module__)

@@ -260,9 +260,7 @@ class Engine:
     def run_round(self, rnd: int, state: RunState) -> None:
         started = time.perf_counter()
         algo = self.algorithm
-        sampled = sample_holders(
-            self.spec.seed, rnd, self.holders, self.setup.clients_per_round
-        )
+        sampled = sample_holders(self.spec.seed, rnd, self.holders, self.setup.clients_per_round)
         weights = self.weights_all[sampled] / self.weights_all[sampled].sum()
         jobs = self.make_jobs(rnd, state, sampled)
         self.model.load_state_dict(state.global_state)

@@ -25,6 +25,7 @@ import pyarrow.parquet
 from fedhet.core import registry
 from fedhet.core.errors import InputError
 from fedhet.core.store import ArtifactStore
+from fedhet.engine.loop import METRICS
 from fedhet.engine.tensorboard import RoundWriter
 from fedhet.runs import Run, result, stored_metrics, varying_fields
 
@@ -48,7 +49,8 @@ def long_rows(runs: list[StoredRun]) -> list[dict[str, Any]]:
         path: _one_type(values)
         for path, values in varying_fields([stored.run.spec for stored in runs]).items()
     }
-    metric_names = list(dict.fromkeys(name for stored in runs for name in stored.metrics))
+    stored_names = {name for stored in runs for name in stored.metrics}
+    metric_names = [m for m in METRICS if m in stored_names] + sorted(stored_names - set(METRICS))
     rows = []
     for index, stored in enumerate(runs):
         run = stored.run

@@ -18,9 +18,8 @@ from fedhet.engine.loop import Checkpoints
 from fedhet.runs import Run, result_row, stored_metrics
 
 STORED, PARTIAL, MISSING = "stored", "partial", "missing"
-# Config fields that change how long a stage takes only in proportion (rounds) or not at all
-# (seed), so stored runs that differ only in them say how long a stage takes.
-_UNSHAPED = ("seed", "rounds")
+# The federation fields that set how much work a round is.
+_FEDERATION_SIZES = ("clients_per_round", "fraction", "local_epochs", "local_steps", "batch_size")
 
 
 @dataclass(frozen=True)
@@ -57,17 +56,21 @@ def stage_state(node: StageNode, store: ArtifactStore) -> StageState:
 
 
 def _shape(stage: str, config: dict[str, Any], upstream: list[Any]) -> str:
-    """What a stage's duration depends on: its config less seed and rounds, and its upstream
-    shapes; a partition only by its dataset and number of clients."""
-
-    def strip(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in _UNSHAPED}
-        return value
-
+    """What a stage's duration depends on, with its upstream shapes: for a partition its dataset
+    and number of clients; for a training its model, algorithm and the federation's sizes (not
+    its rounds, learning rates or seed); for other stages their config less seed and rounds."""
     if stage == "partition":
         config = {"dataset": config.get("dataset"), "clients": config["partition"].get("clients")}
-    return json.dumps([stage, strip(config), sorted(upstream)], sort_keys=True)
+    elif {"model", "federation", "algorithm"} <= set(config):
+        federation = {k: v for k, v in config["federation"].items() if k in _FEDERATION_SIZES}
+        config = {
+            "model": config["model"],
+            "algorithm": config["algorithm"].get("name"),
+            "federation": federation,
+        }
+    else:
+        config = {k: v for k, v in config.items() if k not in ("seed", "rounds")}
+    return json.dumps([stage, config, sorted(upstream)], sort_keys=True)
 
 
 def node_shape(node: StageNode) -> str:

@@ -5,7 +5,6 @@ fraction of clients sampled per round, among those holding samples), so the numb
 sample-steps matches.
 """
 
-
 import torch
 
 from fedhet.core.spec import AlgorithmSpec

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from fedhet.core.errors import InputError
-from fedhet.core.sections import OMIT_IF_DEFAULT, AlgorithmSpec, Section
+from fedhet.core.sections import MAX_SEED, OMIT_IF_DEFAULT, AlgorithmSpec, Section
 
 
 class Stage1Spec(Section):
@@ -26,7 +26,9 @@ class EntkSpec(Section):
     """Convexify: eNTK features of the bootstrapped model with its head re-initialized."""
 
     subsample: int = Field(100_000, gt=0, description="p, the number of eNTK coordinates kept")
-    seed: int = Field(0, ge=0, description="seed of the head re-initialization and the mask")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="seed of the head re-initialization and the mask"
+    )
     dtype: Literal["fp16", "fp32"] = "fp16"
     chunk: int = Field(256, ge=1, description="samples per extraction batch and Zarr chunk")
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from fedhet.core.errors import InputError
-from fedhet.core.sections import Section
+from fedhet.core.sections import MAX_SEED, Section
 
 
 class _GeneratorSpec(Section):
@@ -67,6 +67,7 @@ class VHLSpec(Section):
     seed: int | None = Field(
         None,
         ge=0,
+        le=MAX_SEED,
         description="seed of the virtual data (vfa: of the Gaussians); default: the spec's",
     )
     labels: Literal["extra", "shared"] = Field(
