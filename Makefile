@@ -46,6 +46,7 @@ bench: install
 	$(BIN)/python -m benchmarks.engine_overhead
 	$(BIN)/python -m benchmarks.entk_speed
 	$(BIN)/python -m benchmarks.stage2_speed
+	$(BIN)/python -m benchmarks.sweep_throughput
 
 clean:
 	rm -rf $(VENV) .lockenv artifacts .pytest_cache

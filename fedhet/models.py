@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from fedhet.core.errors import InputError
-from fedhet.core.spec import ModelSpec
+from fedhet.core.spec import RESNET_BLOCKS, ModelSpec
 
 Norm = Literal["batch", "group", "none"]
 
@@ -105,10 +105,6 @@ def _simple_cnn(spec: ModelSpec, in_shape: tuple[int, int, int], num_classes: in
 
     padding=2 keeps each conv's spatial size, so 8x8, 28x28 and 32x32 inputs all work.
     """
-    if len(spec.channels) != 2:
-        raise InputError(
-            f"model.channels must list 2 conv widths for simple_cnn, got {spec.channels}"
-        )
     _check_groups(spec, spec.channels, "model.channels")
     c_in, height, width = in_shape
     if height < 4 or width < 4:
@@ -178,8 +174,6 @@ def _resnet(
 
 # --- public API -------------------------------------------------------------------------
 
-_RESNET_BLOCKS = {"resnet18": [2, 2, 2, 2], "resnet20": [3, 3, 3]}
-
 
 def build_model(
     spec: ModelSpec, in_shape: tuple[int, int, int], num_classes: int, seed: int
@@ -198,7 +192,7 @@ def build_model(
             return _mlp(spec, in_shape, num_classes)
         if spec.arch == "simple_cnn":
             return _simple_cnn(spec, in_shape, num_classes)
-        return _resnet(spec, in_shape, num_classes, _RESNET_BLOCKS[spec.arch])
+        return _resnet(spec, in_shape, num_classes, RESNET_BLOCKS[spec.arch])
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import zarr
 
 from fedhet.core import registry
@@ -173,8 +172,6 @@ def _unique(labels: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
 def execute(run: Run, store: ArtifactStore) -> zarr.Group:
     if run.spec.runtime.tensorboard is not None:  # before anything is computed
         tensorboard.check_folder(run.spec.runtime.tensorboard, "runtime.tensorboard")
-    if run.spec.runtime.threads:  # every stage of the run computes (and is recorded) with them
-        torch.set_num_threads(run.spec.runtime.threads)
     context = RunContext(run.spec, store, labels=run.node_labels(), run_name=run.label)
     return ensure(run.node, context)
 

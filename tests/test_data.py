@@ -9,6 +9,7 @@ from torchvision.transforms import functional as tvf
 from fedhet.core.errors import InputError
 from fedhet.data import datasets as data
 from fedhet.data.datasets import dataset_names, load_dataset, rotate
+from fedhet.data.shapes import DATA_SHAPES
 
 torch.set_num_threads(1)
 
@@ -43,6 +44,16 @@ def test_dataset_names():
         "svhn",
         "emnist",
     }
+    assert DATA_SHAPES.keys() == set(dataset_names())
+
+
+@pytest.mark.parametrize("name", ["digits", "fmnist"])
+def test_shape_table_matches_the_loaded_dataset(name):
+    try:
+        dataset = load_dataset(name)
+    except InputError:
+        pytest.skip(f"{name} is not on this machine")
+    assert DATA_SHAPES[name] == (dataset.shape, dataset.num_classes)
 
 
 def test_digits_shapes_split_and_normalization():

@@ -455,3 +455,47 @@ def test_matrix_keeps_options_of_the_base_algorithm():
 def test_local_training_length_is_required():
     with pytest.raises(InputError, match="local_epochs or local_steps"):
         parse_spec({"federation": {"local_epochs": None}})
+
+
+# --- malformed specs through the CLI, end to end ------------------------------------------
+
+PLAUSIBLE = st.integers(0, 5) | st.sampled_from([0.1, 0.5, 1.0, *NAMES])  # some specs train
+TINY_BUDGET = with_value(
+    with_value(TINY_SPEC, "federation", {"rounds": 1, "batch_size": 16, "local_steps": 2}),
+    "runtime",
+    {"progress": False, "threads": 1},
+)
+
+
+def assert_clean_exit(result: CliResult, command: str) -> None:
+    """Exit 0, or 1/2 with one `error:` line on stderr, the last; never a traceback."""
+    assert result.rc in (0, 1, 2), (command, result.rc, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    if result.rc:
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+        assert len(errors) == 1 and result.stderr.rstrip("\n").endswith(errors[0]), result.stderr
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    edits=st.lists(st.tuples(st.sampled_from(PATHS), PLAUSIBLE | values), min_size=1, max_size=2)
+)
+def test_malformed_specs_through_the_cli_exit_cleanly(fedhet: CliRunner, tmp_path: Path, edits):
+    data = TINY_BUDGET
+    for path, value in edits:
+        data = set_matrix_or_field(data, path, value)
+    spec = tmp_path / "fuzz.yaml"
+    spec.write_text(json.dumps(data, allow_nan=True))  # JSON is YAML, inf and nan included
+    validated = fedhet("spec", "validate", spec)
+    assert_clean_exit(validated, "spec validate")
+    if validated.rc == 2:
+        assert len(validated.stderr.strip("\n").splitlines()) == 1, validated.stderr
+    trained = fedhet("train", spec, "--format", "csv", store=tmp_path / "store")
+    assert_clean_exit(trained, "train")
+    if validated.rc == 2:  # train refuses what validate refuses, the same way
+        assert trained.stderr == validated.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import REPO, CliResult, CliRunner, cli_env
 
 HEREDOC = re.compile(r"^cat > (\S+) <<'EOF'$")
-NOT_RUN = {"tensorboard"}  # a server; the README says where it comes from
+NOT_RUN = {"tensorboard"}  # a server that runs until stopped
 
 
 def tutorial_lines() -> list[str]:

@@ -22,7 +22,7 @@ from fedhet.engine.algorithm import Algorithm, ClientJob, make_algorithm
 from fedhet.engine.loop import evaluate
 from fedhet.engine.setup import build_setup
 from fedhet.methods.vhl.augment import crop_and_flip
-from fedhet.methods.vhl.virtual_stage import NATURAL_DATA, load_virtual
+from fedhet.methods.vhl.virtual_stage import load_virtual
 from fedhet.runs import execute, runs_of
 
 torch.set_num_threads(1)
@@ -125,15 +125,6 @@ def test_virtual_key_depends_only_on_generator_config_seed_and_data_shape():
 def test_runs_without_virtual_images_have_no_virtual_stage():
     for algorithm in ({"name": "fedavg"}, vhl(variant="vfa"), {"name": "centralized"}):
         assert "virtual" not in runs_of(spec_with(algorithm))[0].node.upstream
-
-
-@pytest.mark.parametrize("name", ["digits", "fmnist"])
-def test_natural_data_table_matches_the_loaded_dataset(name):
-    try:
-        dataset = load_dataset(name)
-    except InputError:
-        pytest.skip(f"{name} is not on this machine")
-    assert NATURAL_DATA[name] == (dataset.shape, dataset.num_classes)
 
 
 def test_virtual_artifact_holds_the_generated_images(store):

@@ -81,12 +81,34 @@ FormatOpt = Annotated[
 
 
 def _load(path: Path, data_root: Path | None = None, overrides: list[str] | None = None) -> Spec:
+    """The validated spec, before any heavy import: every command starts here."""
     spec = load_spec(path, overrides or ())
+    _require_memory(path, spec)
     if data_root is not None:
         spec = spec.model_copy(
             update={"data": spec.data.model_copy(update={"root": str(data_root)})}
         )
     return spec
+
+
+SHRINK = {
+    "mlp": "narrow model.hidden",
+    "simple_cnn": "narrow model.channels or model.fc_width",
+    "resnet18": "lower model.width",
+    "resnet20": "lower model.width",
+}
+
+
+def _require_memory(path: Path, spec: Spec) -> None:
+    """Refuse a run whose model's parameters would not fit in memory, counted from the spec
+    and the dataset's shape before anything is allocated."""
+    from fedhet.core.memory import require_fits
+    from fedhet.data.shapes import DATA_SHAPES
+
+    for _, run in expand(spec):
+        shape = DATA_SHAPES[run.data.dataset]
+        parameters = run.model.parameter_count(shape.image, shape.classes)
+        require_fits(parameters, f"{path}: model ({run.model.arch})", SHRINK[run.model.arch])
 
 
 def _fmt(value) -> str:
@@ -124,13 +146,13 @@ def spec_validate(path: SpecPath, overrides: OverridesArg = None) -> None:
 def spec_show(path: SpecPath, overrides: OverridesArg = None) -> None:
     """Print the spec with every default filled in (only the fields that apply to the chosen
     model and partition), and the model's split points."""
+    spec = _load(path, overrides=overrides)
     import yaml
 
     from fedhet.core.spec import applicable_dump
     from fedhet.data.datasets import load_dataset
     from fedhet.models import build_model
 
-    spec = _load(path, overrides=overrides)
     # plain print: rich would wrap long lines and break the YAML
     print(yaml.safe_dump(applicable_dump(spec), sort_keys=False))
     try:
@@ -190,6 +212,7 @@ def partition(
     data_root: DataRootOpt = None,
 ) -> None:
     """Compute (or reuse) the partition of every run and print its summary."""
+    spec = _load(path, data_root, overrides)
     from fedhet.core.pipeline import RunContext, ensure
     from fedhet.data.partition import empty_clients_note, summary_rows
     from fedhet.data.partition_stage import load_partition
@@ -197,7 +220,7 @@ def partition(
 
     st = ArtifactStore(store)
     seen, flat = set(), []
-    for run in runs_of(_load(path, data_root, overrides)):
+    for run in runs_of(spec):
         node = next(n for n in run.node.walk() if n.stage == "partition")
         if node.key in seen:
             continue
@@ -235,13 +258,14 @@ def virtual(
     store: StoreOpt = None,
 ) -> None:
     """Compute (or reuse) the VHL virtual dataset of every run and print its summary."""
+    spec = _load(path, overrides=overrides)
     from fedhet.core.pipeline import RunContext, ensure
     from fedhet.methods.vhl.generators import save_grid
     from fedhet.methods.vhl.virtual_stage import load_virtual, virtual_upstream
 
     st = ArtifactStore(store)
     seen = set()
-    for _, run_spec in expand(_load(path, overrides=overrides)):
+    for _, run_spec in expand(spec):
         node = virtual_upstream(run_spec).get("virtual")
         if node is None or node.key in seen:
             continue
@@ -273,6 +297,22 @@ RESULT_COLUMNS = [
 ]
 
 
+JobsOpt = Annotated[
+    int | None,
+    typer.Option("--jobs", help="N worker processes on this machine share the sweep's nodes"),
+]
+RayOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        flag_value="local",
+        is_flag=False,
+        metavar="[ADDRESS]",
+        help="each node a Ray task on the cluster at ADDRESS (host:port), or on a local Ray",
+    ),
+]
+
+
 @app.command(
     "train",
     epilog=_example(
@@ -287,29 +327,85 @@ def train(
     fmt: FormatOpt = Format.table,
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
+    jobs: JobsOpt = None,
+    ray: RayOpt = None,
 ) -> None:
     """Run the missing stages of every run (resuming from checkpoints) and print the results.
 
-    A diverging run does not stop the others; the command then exits 1 naming it (its final
-    accuracy reads "diverged k/n": in round k of n)."""
-    from fedhet.runs import execute, result_row, runs_of, stored_metrics
+    With --jobs or --ray, every stage of every run is scheduled as soon as what it needs is
+    stored; other `fedhet train` processes on the same store share the work. A failing run does
+    not stop the others; the command then exits 1 naming it (a diverged run's final accuracy
+    reads "diverged k/n": in round k of n)."""
+    spec = _load(path, data_root, overrides)
+    from fedhet.runs import runs_of
 
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs {jobs}: give at least 1 worker process")
     st = ArtifactStore(store)
-    rows, diverged = [], []
-    for run in runs_of(_load(path, data_root, overrides)):
+    runs = runs_of(spec)
+    if jobs is None and ray is None:
+        rows, failures = _train_in_order(runs, st)
+    else:
+        rows, failures = _train_sweep(runs, st, jobs, ray)
+    columns = [c for c in RESULT_COLUMNS if any(c.key in r for r in rows)]
+    show(out, rows, columns, fmt, title=path.stem)
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
+        raise RunError(f"{len(failures)} runs failed; the first: {failures[0]}")
+
+
+def _failed_row(run, error: FedhetError) -> dict:
+    from fedhet.runs import result_row
+
+    if not isinstance(error, DivergedError):
+        return {"algorithm": run.algorithm_label, "setting": run.setting_label,
+                "seed": run.spec.seed, "final_accuracy": "failed"}
+    failed = f"diverged {error.round_number}/{run.spec.federation.rounds}"
+    return {**result_row(run, error.metrics), "final_accuracy": failed}
+
+
+def _train_in_order(runs: list, st: ArtifactStore) -> tuple[list[dict], list[FedhetError]]:
+    from fedhet.runs import execute, result_row, stored_metrics
+
+    rows, failures = [], []
+    for run in runs:
         try:
             rows.append(result_row(run, stored_metrics(execute(run, st))))
         except DivergedError as error:
-            diverged.append(error)
-            row = result_row(run, error.metrics)
-            failed = f"diverged {error.round_number}/{run.spec.federation.rounds}"
-            rows.append({**row, "final_accuracy": failed})
-    columns = [c for c in RESULT_COLUMNS if any(c.key in r for r in rows)]
-    show(out, rows, columns, fmt, title=path.stem)
-    if len(diverged) == 1:
-        raise diverged[0]
-    if diverged:
-        raise RunError(f"{len(diverged)} runs diverged; the first: {diverged[0]}")
+            failures.append(error)
+            rows.append(_failed_row(run, error))
+    return rows, failures
+
+
+def _train_sweep(
+    runs: list, st: ArtifactStore, jobs: int | None, ray: str | None
+) -> tuple[list[dict], list[FedhetError]]:
+    from fedhet.cli.sweep_view import SweepView
+    from fedhet.core.scheduler import BLOCKED, FAILED
+    from fedhet.runs import result_row, stored_metrics
+    from fedhet.sweep import check_writable, executor_for, sweep
+
+    check_writable(st)
+    threads = runs[0].spec.runtime.threads or max(1, (os.cpu_count() or 1) // (jobs or 1))
+    executor = executor_for(runs, jobs, ray, threads)
+    live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
+    with SweepView(runs, st, err, live) as view:
+        states = sweep(runs, st, executor, view.on_change)
+    rows, failures = [], []
+    for run in runs:
+        mine = [states[node.key] for node in run.node.walk()]
+        failed = next((n for n in mine if n.state in (FAILED, BLOCKED)), None)
+        if failed is None:
+            rows.append(result_row(run, stored_metrics(st.open(run.node.stage, run.node.key))))
+            continue
+        error = failed.error
+        if not isinstance(error, FedhetError):
+            why = f"{failed.state}: {type(error).__name__}: {error}" if error else failed.state
+            error = RunError(f"{run.label} ({failed.task.node.stage}) {why}")
+        failures.append(error)
+        rows.append(_failed_row(run, error))
+    return rows, failures
 
 
 @app.command(
@@ -327,10 +423,11 @@ def plan(
     """Every run's stages and their state: stored, partial (round k of n, from the checkpoint)
     or missing, with the time still needed where a stored run of the same stage and shape
     gives an estimate. A stage shared by several runs is listed once, under the first."""
+    spec = _load(path, overrides=overrides)
     from fedhet.reports.status import plan_rows
     from fedhet.runs import runs_of
 
-    rows, summary = plan_rows(runs_of(_load(path, overrides=overrides)), ArtifactStore(store))
+    rows, summary = plan_rows(runs_of(spec), ArtifactStore(store))
     columns = [
         Column("run", "run"),
         Column("stage", "stage"),
@@ -379,11 +476,12 @@ def runs(
 ) -> None:
     """Every run of the spec with what the store holds of it: state, best and final accuracy,
     rounds done and training time."""
+    spec = _load(path, overrides=overrides)
     from fedhet.reports.status import run_row
     from fedhet.runs import runs_of
 
     st = ArtifactStore(store)
-    rows = [run_row(run, st) for run in runs_of(_load(path, overrides=overrides))]
+    rows = [run_row(run, st) for run in runs_of(spec)]
     rows = [
         r
         for r in rows
@@ -409,10 +507,33 @@ def _stored_runs(path: Path, spec: Spec, store: ArtifactStore, train: bool) -> l
     return runs
 
 
-@app.command("eval")
+EVAL_COLUMNS = [
+    Column("algorithm", "algorithm"),
+    Column("setting", "setting"),
+    Column("seed", "seed", "number"),
+    Column("model", "model"),
+    Column("accuracy", "accuracy %", "pct"),
+    Column("loss", "loss", "number"),
+    Column("per_class", "per class"),
+    Column("per_client", "per client"),
+]
+CGV_COLUMNS = [
+    Column(f"cgv_{part}", f"CGV {part}", "number") for part in ("total", "features", "head")
+]
+
+
+@app.command(
+    "eval",
+    epilog=_example(
+        "fedhet eval specs/quickstart.yaml --model best",
+        "fedhet eval specs/quickstart.yaml seed=1 --format json --cgv",
+    ),
+)
 def evaluate(
     path: SpecPath,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    overrides: OverridesArg = None,
+    fmt: FormatOpt = Format.table,
+    as_json: Annotated[bool, typer.Option("--json", help="the same as --format json")] = False,
     cgv: Annotated[
         bool, typer.Option("--cgv", help="also the client gradient variance of the final model")
     ] = False,
@@ -426,31 +547,41 @@ def evaluate(
 ) -> None:
     """Global, per-class and per-client accuracy of each run's final (or best) model, whatever
     the method (TCT: its stage-2 linear model on the eNTK features)."""
+    spec, st = _load(path, data_root, overrides), ArtifactStore(store)
     from fedhet.reports.evaluation import evaluate_run
     from fedhet.runs import result
 
-    st = ArtifactStore(store)
-    runs = _stored_runs(path, _load(path, data_root), st, train)
+    runs = _stored_runs(path, spec, st, train)
     reports = [evaluate_run(run, result(run, st, train), st, cgv=cgv, model=model) for run in runs]
-    if as_json:
+    if as_json or fmt is Format.json:  # the reports as they are, lists and all
         print(json.dumps(reports, indent=2))
         return
-    for rep in reports:
-        out.print(
-            f"[bold]{rep['algorithm']}[/bold] {rep['setting']} seed {rep['seed']}: "
-            f"accuracy {rep['accuracy']:.4f}"
-        )
-        out.print("  per class: " + " ".join(f"{a:.3f}" for a in rep["per_class"]))
-        out.print("  per client: " + " ".join(f"{a:.3f}" for a in rep["per_client"]))
-        if cgv:
-            variance = rep["cgv"] or {}  # None: the model is no network (TCT)
-            text = ", ".join(f"{k} {v:.4g}" for k, v in variance.items()) or "- (not a network)"
-            out.print(f"  CGV: {text}")
+    rows = [_eval_row(report, readable=fmt is not Format.csv) for report in reports]
+    show(out, rows, [*EVAL_COLUMNS, *(CGV_COLUMNS if cgv else [])], fmt, title=path.stem)
 
 
-@app.command("report")
+def _eval_row(report: dict, readable: bool) -> dict:
+    """A report as one row: the per-class and per-client accuracies each as one cell, the client
+    gradient variance's parts as numbers (none for a model that is no network, like TCT's)."""
+
+    def joined(values: list[float]) -> str:
+        return " ".join(f"{v:.3f}" if readable else repr(v) for v in values)
+
+    variance = {f"cgv_{part}": value for part, value in (report.get("cgv") or {}).items()}
+    per = {"per_class": joined(report["per_class"]), "per_client": joined(report["per_client"])}
+    return {**report, **per, **variance}
+
+
+@app.command(
+    "report",
+    epilog=_example(
+        "fedhet report specs/quickstart.yaml --out reports",
+        "fedhet report specs/quickstart.yaml federation.rounds=50 --train",
+    ),
+)
 def report(
     path: SpecPath,
+    overrides: OverridesArg = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for the .md and .png")] = Path(
         "reports"
     ),
@@ -459,9 +590,9 @@ def report(
     train: TrainOpt = False,
 ) -> None:
     """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves."""
+    spec, st = _load(path, data_root, overrides), ArtifactStore(store)
     from fedhet.reports.report import write_report
 
-    spec, st = _load(path, data_root), ArtifactStore(store)
     runs = _stored_runs(path, spec, st, train)
     md, png = write_report(spec, runs, st, out_dir, err, train)
     out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
@@ -496,6 +627,7 @@ def export(
     """Every run's per-round metrics as one long table: run labels, the config fields that vary
     between runs, seed, round and each metric. With --tensorboard (and no --format or --out),
     only the TensorBoard events."""
+    spec, st = _load(path, data_root, overrides), ArtifactStore(store)
     from fedhet.engine.tensorboard import check_folder
     from fedhet.reports import export as exporting
 
@@ -503,7 +635,6 @@ def export(
         exporting.check_out(out_file)
     if tensorboard is not None:
         check_folder(tensorboard, "--tensorboard")
-    spec, st = _load(path, data_root, overrides), ArtifactStore(store)
     stored = exporting.collect(_stored_runs(path, spec, st, train), st, train)
     if tensorboard is not None:
         exporting.write_tensorboard(stored, tensorboard)
@@ -546,9 +677,10 @@ def artifacts_ls(
     """List artifacts by the label of the run (or partition) they belong to."""
     found = ArtifactStore(store).ls()
     if spec is not None:
+        loaded = _load(spec)
         from fedhet.runs import runs_of
 
-        keys = {node.key for run in runs_of(_load(spec)) for node in run.node.walk()}
+        keys = {node.key for run in runs_of(loaded) for node in run.node.walk()}
         found = [a for a in found if a.key in keys]
     rows = [
         {

@@ -27,6 +27,9 @@ class DivergedError(RunError):
         self.round_number = round_number
         self.metrics = metrics
 
+    def __reduce__(self):  # travels back from a worker process or a Ray task whole
+        return type(self), (str(self), self.round_number, self.metrics)
+
 
 class Interrupted(BaseException):  # noqa: N818 (not an error: the user asked to stop)
     """SIGINT or SIGTERM arrived. A BaseException, so no `except Exception` swallows it; the

@@ -112,10 +112,27 @@ def runner(name: str) -> StageRunner:
 
 def ensure(node: StageNode, ctx: RunContext) -> zarr.Group:
     """The node's artifact, computing it (and its missing upstream) if it is not in the store."""
-    if node.spec is not None:
-        ctx = replace(ctx, spec=node.spec)
+    ctx = node_context(node, ctx)
     for up in node.upstream.values():
         ensure(up, replace(ctx, run_name=None))
+    compute(node, ctx, wait=True)
+    return ctx.store.open(node.stage, node.key)
+
+
+def node_context(node: StageNode, ctx: RunContext) -> RunContext:
+    """The context `node` and its upstream run under: its own spec where it has one."""
+    return ctx if node.spec is None else replace(ctx, spec=node.spec)
+
+
+# What `compute` did with a node.
+COMPUTED, REUSED, BUSY = "computed", "reused", "busy"
+
+
+def compute(node: StageNode, ctx: RunContext, wait: bool) -> str:
+    """Store the node's artifact, its upstream being stored: COMPUTED, or REUSED when it is
+    stored already; while another live process holds the node, wait for it when `wait`, else
+    return BUSY at once. The one computation of a node, whoever runs it (sequentially, a local
+    worker, a Ray task)."""
     store, key = ctx.store, node.key
     if store.exists(node.stage, key):
         group = store.open(node.stage, key)
@@ -123,26 +140,41 @@ def ensure(node: StageNode, ctx: RunContext) -> zarr.Group:
         line = f"{node.stage} {key[:12]}: reusing the stored artifact{note}"
         style = "" if note else "dim"  # a reuse across environments stands out
         ctx.console.print(line, style=style, markup=False, soft_wrap=True)
-        return group
-    with store.lock(node.stage, key):
+        return REUSED
+    lease = store.lock(node.stage, key) if wait else store.try_lock(node.stage, key)
+    if lease is None:
+        return BUSY
+    with lease as held:
         if store.exists(node.stage, key):  # another process finished it while we waited
             ctx.console.print(f"[dim]{node.stage} {key[:12]}: reusing (computed meanwhile)[/dim]")
-            return store.open(node.stage, key)
-        partial = store.partial_dir(node.stage, key)
-        label = f" ({ctx.labels[key]})" if ctx.labels.get(key) else ""
-        ctx.console.print(_announce(node, partial) + label, markup=False, soft_wrap=True)
-        attrs = {
-            "config": node.config,
-            "version": node.version,
-            "upstream": {role: up.key for role, up in node.upstream.items()},
-            "spec_name": ctx.spec.name,
-            "label": ctx.labels.get(key, ""),
-            "spec": ctx.spec.model_dump(mode="json", serialize_as_any=True),  # as run
-        }
-        try:
-            with store.write(node.stage, key, attrs) as out:
-                runner(node.stage)(node, ctx, out, partial)
-        except Interrupted as stop:
-            stop.in_stage(f"{node.stage} {key[:12]}")
-            raise
-    return store.open(node.stage, key)
+            return REUSED
+        if held.took_over is not None:
+            ctx.console.print(
+                f"{node.stage} {key[:12]}: taking over the stale lock of "
+                f"{held.took_over.describe()}",
+                markup=False,
+            )
+        _compute_locked(node, ctx)
+    return COMPUTED
+
+
+def _compute_locked(node: StageNode, ctx: RunContext) -> None:
+    store, key = ctx.store, node.key
+    partial = store.partial_dir(node.stage, key)
+    label = f" ({ctx.labels[key]})" if ctx.labels.get(key) else ""
+    ctx.console.print(_announce(node, partial) + label, markup=False, soft_wrap=True)
+    provenance.use_threads(ctx.spec.runtime.threads)
+    attrs = {
+        "config": node.config,
+        "version": node.version,
+        "upstream": {role: up.key for role, up in node.upstream.items()},
+        "spec_name": ctx.spec.name,
+        "label": ctx.labels.get(key, ""),
+        "spec": ctx.spec.model_dump(mode="json", serialize_as_any=True),  # as run
+    }
+    try:
+        with store.write(node.stage, key, attrs) as out:
+            runner(node.stage)(node, ctx, out, partial)
+    except Interrupted as stop:
+        stop.in_stage(f"{node.stage} {key[:12]}")
+        raise

@@ -79,6 +79,16 @@ def environment(threads: int | None = None, device: str | None = None) -> dict[s
     }
 
 
+def use_threads(threads: int | None) -> None:
+    """Compute with `runtime.threads` when the spec sets it (else torch's default): called before
+    every stage computes, whichever command or worker runs it, so the environment recorded with
+    the artifact is the one it was computed in."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def planned_environment(threads: int | None, device: str) -> dict[str, Any]:
     """The environment a stage would be computed in now, given the spec's runtime settings
     (`device` auto means CUDA when available)."""

@@ -17,6 +17,16 @@ OMIT_IF_DEFAULT = OmitIfDefault()
 
 # Seeds reach torch.Generator.manual_seed, which takes at most 64 bits; 63 keep them positive int64
 MAX_SEED = 2**63 - 1
+# Upper bounds of the other numeric fields: counts that loops, batches and int64 tensors can
+# honour. A model whose widths pass them but whose parameters would not fit in memory is refused
+# when the spec is loaded (`fedhet.core.memory`).
+MAX_COUNT = 10**6  # rounds, steps, samples, batch sizes, chunk sizes
+MAX_WIDTH = 10**6  # layer widths and feature dimensions
+MAX_LAYERS = 64
+MAX_CLASSES = 10**4
+MAX_CLIENTS = 10**5
+MAX_THREADS = 1024
+MAX_FACTOR = 10**6  # floats that scale a count or a distribution (alpha, epochs)
 
 
 class Section(BaseModel):

@@ -19,7 +19,19 @@ from pydantic_core import PydanticCustomError
 
 from fedhet.core import registry
 from fedhet.core.errors import InputError
-from fedhet.core.sections import MAX_SEED, OMIT_IF_DEFAULT, AlgorithmSpec, Section
+from fedhet.core.sections import (
+    MAX_CLASSES,
+    MAX_CLIENTS,
+    MAX_COUNT,
+    MAX_FACTOR,
+    MAX_LAYERS,
+    MAX_SEED,
+    MAX_THREADS,
+    MAX_WIDTH,
+    OMIT_IF_DEFAULT,
+    AlgorithmSpec,
+    Section,
+)
 
 # --- data -------------------------------------------------------------------------------
 
@@ -43,7 +55,7 @@ class RotationSpec(Section):
 
 
 class _PartitionBase(Section):
-    clients: int = Field(10, ge=1, le=100_000)
+    clients: int = Field(10, ge=1, le=MAX_CLIENTS)
     rotation: RotationSpec | None = None
 
 
@@ -55,8 +67,8 @@ class DirichletPartition(_PartitionBase):
     """Per class c: q_c ~ Dir_K(alpha), client k gets a q_c[k] share of class c."""
 
     scheme: Literal["dirichlet"] = "dirichlet"
-    alpha: float = Field(0.5, gt=0)
-    min_samples: int = Field(0, ge=0, description="minimum samples per client")
+    alpha: float = Field(0.5, gt=0, le=MAX_FACTOR)
+    min_samples: int = Field(0, ge=0, le=MAX_COUNT, description="minimum samples per client")
     cap: Annotated[bool, OMIT_IF_DEFAULT] = Field(
         False,
         description="classes dealt in turn, a client holding N/K samples takes no more "
@@ -69,14 +81,14 @@ class ClientDirichletPartition(_PartitionBase):
     replacement from it, an exhausted class dropped and q_k renormalized."""
 
     scheme: Literal["client_dirichlet"] = "client_dirichlet"
-    alpha: float = Field(0.1, gt=0)
+    alpha: float = Field(0.1, gt=0, le=MAX_FACTOR)
 
 
 class ClassesPartition(_PartitionBase):
     """#C classes per client; each class split evenly among its owners."""
 
     scheme: Literal["classes"] = "classes"
-    classes_per_client: int = Field(2, ge=1)
+    classes_per_client: int = Field(2, ge=1, le=MAX_CLASSES)
     shuffle_classes: bool = Field(
         True,
         description="False gives label-sorted contiguous blocks (client k owns classes kC..kC+C-1)",
@@ -87,15 +99,15 @@ class SubsetPartition(_PartitionBase):
     """One dominant class per client plus `minor_samples` samples of every other class."""
 
     scheme: Literal["subset"] = "subset"
-    minor_samples: int = Field(5, ge=0)
+    minor_samples: int = Field(5, ge=0, le=MAX_COUNT)
 
 
 class QuantityPartition(_PartitionBase):
     """Quantity skew: iid labels, client sizes proportional to a Dir_K(alpha) draw."""
 
     scheme: Literal["quantity"] = "quantity"
-    alpha: float = Field(1.0, gt=0)
-    min_samples: int = Field(1, ge=0)
+    alpha: float = Field(1.0, gt=0, le=MAX_FACTOR)
+    min_samples: int = Field(1, ge=0, le=MAX_COUNT)
 
 
 class RotationPartition(_PartitionBase):
@@ -107,16 +119,16 @@ class RotationPartition(_PartitionBase):
 
 _DISCRIMINATORS = ("scheme",)  # the tag fields of the spec's discriminated unions
 
-PartitionSpec = Annotated[
+PartitionConfig = (
     IIDPartition
     | DirichletPartition
     | ClassesPartition
     | SubsetPartition
     | QuantityPartition
     | RotationPartition
-    | ClientDirichletPartition,
-    Field(discriminator="scheme"),
-]
+    | ClientDirichletPartition
+)
+PartitionSpec = Annotated[PartitionConfig, Field(discriminator="scheme")]
 
 
 def partition_label(p: BaseModel) -> str:
@@ -144,15 +156,20 @@ def _applies_when(**choices: tuple[str, ...]) -> dict[str, Any]:
     return {"json_schema_extra": {"applies_when": {k: list(v) for k, v in choices.items()}}}
 
 
+# BasicBlocks per stage of each ResNet
+RESNET_BLOCKS = {"resnet18": [2, 2, 2, 2], "resnet20": [3, 3, 3]}
+
+
 class ModelSpec(Section):
     arch: Literal["mlp", "simple_cnn", "resnet18", "resnet20"] = "simple_cnn"
     norm: Literal["batch", "group", "none"] = "none"
-    hidden: list[Annotated[int, Field(ge=1)]] = Field(
+    hidden: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(
         default_factory=lambda: [200],
+        max_length=MAX_LAYERS,
         description="mlp hidden widths; [] is logistic regression",
         **_applies_when(arch=("mlp",)),
     )
-    channels: list[Annotated[int, Field(ge=1)]] = Field(
+    channels: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(
         default_factory=lambda: [32, 64],
         description="simple_cnn conv widths",
         **_applies_when(arch=("simple_cnn",)),
@@ -160,18 +177,32 @@ class ModelSpec(Section):
     fc_width: int = Field(
         512,
         ge=1,
+        le=MAX_WIDTH,
         description="simple_cnn hidden fully connected width",
         **_applies_when(arch=("simple_cnn",)),
     )
     width: int = Field(
         16,
         ge=1,
+        le=MAX_WIDTH,
         description="resnet base width (resnet18 uses 64 in the papers)",
         **_applies_when(arch=("resnet18", "resnet20")),
     )
     groups: int = Field(
-        2, ge=1, description="GroupNorm groups when norm=group", **_applies_when(norm=("group",))
+        2,
+        ge=1,
+        le=MAX_WIDTH,
+        description="GroupNorm groups when norm=group",
+        **_applies_when(norm=("group",)),
     )
+
+    @model_validator(mode="after")
+    def _two_conv_widths(self) -> ModelSpec:
+        if self.arch == "simple_cnn" and len(self.channels) != 2:
+            raise ValueError(
+                f"channels must list 2 conv widths for simple_cnn, not {self.channels}"
+            )
+        return self
 
     def split_points(self) -> list[str]:
         """The stage names of the model's feature extractor (`fedhet.models.FedModel`), known
@@ -180,20 +211,60 @@ class ModelSpec(Section):
             return [f"hidden{i}" for i in range(1, len(self.hidden) + 1)] or ["flatten"]
         if self.arch == "simple_cnn":
             return ["conv1", "conv2", "fc1"]
-        layers = 4 if self.arch == "resnet18" else 3
+        layers = len(RESNET_BLOCKS[self.arch])
         return ["stem", *(f"layer{i}" for i in range(1, layers + 1)), "pool"]
+
+    def parameter_count(self, in_shape: tuple[int, int, int], num_classes: int) -> int:
+        """The number of parameters of `fedhet.models.build_model(self, in_shape, num_classes)`,
+        counted without building it (tests/test_models.py checks the two agree)."""
+        if self.arch == "mlp":
+            widths = [in_shape[0] * in_shape[1] * in_shape[2], *self.hidden]
+            hidden = sum(self._linear(a, b) + self._norm(b) for a, b in itertools.pairwise(widths))
+            return hidden + self._linear(widths[-1], num_classes)
+        if self.arch == "simple_cnn":
+            (c1, c2), (c_in, height, width) = self.channels, in_shape
+            convs = self._conv(c_in, c1, 5, True) + self._conv(c1, c2, 5, True)
+            flat = c2 * (height // 4) * (width // 4)
+            head = self._linear(flat, self.fc_width) + self._linear(self.fc_width, num_classes)
+            return convs + self._norm(c1) + self._norm(c2) + head
+        bias, c_in = self.norm == "none", self.width
+        total = self._conv(in_shape[0], c_in, 3, bias) + self._norm(c_in)
+        for stage, count in enumerate(RESNET_BLOCKS[self.arch]):
+            c_out = self.width * 2**stage
+            for block in range(count):
+                total += self._conv(c_in, c_out, 3, bias) + self._conv(c_out, c_out, 3, bias)
+                total += 2 * self._norm(c_out)
+                if (stage > 0 and block == 0) or c_in != c_out:  # the 1x1 shortcut
+                    total += self._conv(c_in, c_out, 1, bias) + self._norm(c_out)
+                c_in = c_out
+        return total + self._linear(c_in, num_classes)
+
+    def _norm(self, channels: int) -> int:
+        return 0 if self.norm == "none" else 2 * channels  # affine scale and shift
+
+    @staticmethod
+    def _linear(n_in: int, n_out: int) -> int:
+        return n_in * n_out + n_out
+
+    @staticmethod
+    def _conv(c_in: int, c_out: int, kernel: int, bias: bool) -> int:
+        return c_in * c_out * kernel * kernel + (c_out if bias else 0)
 
 
 # --- federation -------------------------------------------------------------------------
 
 
 class FederationSpec(Section):
-    rounds: int = Field(30, ge=1)
-    clients_per_round: int | None = Field(None, ge=1, description="default: all clients")
+    rounds: int = Field(30, ge=1, le=MAX_COUNT)
+    clients_per_round: int | None = Field(
+        None, ge=1, le=MAX_CLIENTS, description="default: all clients"
+    )
     fraction: float | None = Field(None, gt=0, le=1, description="alternative to clients_per_round")
-    local_epochs: float | None = Field(1, gt=0)
-    local_steps: int | None = Field(None, ge=1, description="fixed local steps; replaces epochs")
-    batch_size: int = Field(32, ge=1)
+    local_epochs: float | None = Field(1, gt=0, le=MAX_FACTOR)
+    local_steps: int | None = Field(
+        None, ge=1, le=MAX_COUNT, description="fixed local steps; replaces epochs"
+    )
+    batch_size: int = Field(32, ge=1, le=MAX_COUNT)
     lr: float = Field(0.05, gt=0)
     lr_decay: float = Field(
         1.0, gt=0, le=1, description="learning rate multiplied by this per round"
@@ -253,21 +324,31 @@ def _validate_algorithm(value: Any) -> AlgorithmSpec:
 
 
 class EvalSpec(Section):
-    every: int = Field(1, ge=1, description="evaluate the global model every N rounds")
+    every: int = Field(
+        1, ge=1, le=MAX_COUNT, description="evaluate the global model every N rounds"
+    )
     target_accuracy: float | None = Field(None, gt=0, le=1)
+
+
+class ResourcesSpec(Section):
+    """What one node asks of a Ray cluster (`fedhet train --ray`): gpus 0.25 lets 4 share a GPU."""
+
+    cpus: float = Field(1.0, gt=0)
+    gpus: float = Field(0.0, ge=0)
 
 
 class RuntimeSpec(Section):
     """Execution settings; never part of a key."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int | None = Field(None, ge=1)
-    checkpoint_every: int = Field(5, ge=1)
-    eval_batch_size: int = Field(1000, ge=1)
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS)
+    checkpoint_every: int = Field(5, ge=1, le=MAX_COUNT)
+    eval_batch_size: int = Field(1000, ge=1, le=MAX_COUNT)
     progress: bool = True
     tensorboard: str | None = Field(
         None, description="folder for TensorBoard events, one subfolder per run, per round"
     )
+    resources: ResourcesSpec = ResourcesSpec()
 
 
 # --- the spec ---------------------------------------------------------------------------

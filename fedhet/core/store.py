@@ -1,14 +1,13 @@
 """The artifact store: one Zarr v3 group per stage output at `<root>/<stage>/<key>.zarr`.
 
 Writes go to a temporary sibling and are renamed into place when complete, so a reader never
-sees a half-written artifact. A per-key file lock keeps two processes from computing the same
-artifact at once; the second one waits, then reuses. Long stages keep resumable state in
-`<root>/<stage>/<key>.partial/`.
+sees a half-written artifact. A per-key lock file (`lockfile`, safe on NFS) keeps two processes,
+on one machine or several sharing the store, from computing the same artifact at once. Long
+stages keep resumable state in `<root>/<stage>/<key>.partial/`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -26,7 +25,7 @@ import numpy as np
 import zarr
 
 from fedhet import __version__
-from fedhet.core import interrupts, provenance
+from fedhet.core import interrupts, lockfile, provenance
 from fedhet.core.errors import InputError
 
 TMP_MARK = ".tmp-"
@@ -131,15 +130,19 @@ class ArtifactStore:
     # --- writing ------------------------------------------------------------------------
 
     @contextmanager
-    def lock(self, stage: str, key: str) -> Iterator[None]:
-        lock_path = self._lock_path(stage, key)
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def lock(self, stage: str, key: str) -> Iterator[lockfile.Lease]:
+        """Hold the key's lock, waiting while a live owner holds it (a dead owner's goes stale
+        and is taken over)."""
+        with lockfile.acquire(self._lock_path(stage, key)) as lease:
+            yield lease
+
+    def try_lock(self, stage: str, key: str) -> lockfile.Lease | None:
+        """The key's lock, or None while a live owner holds it."""
+        return lockfile.try_acquire(self._lock_path(stage, key))
+
+    def holder(self, stage: str, key: str) -> lockfile.Owner | None:
+        """The live owner of the key's lock, if any."""
+        return lockfile.holder(self._lock_path(stage, key))
 
     @contextmanager
     def write(self, stage: str, key: str, attrs: dict[str, Any]) -> Iterator[zarr.Group]:
@@ -200,16 +203,7 @@ class ArtifactStore:
         return problems
 
     def _unlocked(self, stage: str, key: str) -> bool:
-        lock_path = self._lock_path(stage, key)
-        if not lock_path.exists():
-            return True
-        with open(lock_path, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return True
+        return self.holder(stage, key) is None
 
     def gc(self, dry_run: bool = False) -> list[Path]:
         """Remove dead writers' temporaries, checkpoints of published artifacts, stale locks;

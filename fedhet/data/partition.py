@@ -18,20 +18,9 @@ from fedhet.core.spec import (
     ClassesPartition,
     ClientDirichletPartition,
     DirichletPartition,
-    IIDPartition,
+    PartitionConfig,
     QuantityPartition,
-    RotationPartition,
     SubsetPartition,
-)
-
-PartitionConfig = (
-    IIDPartition
-    | DirichletPartition
-    | ClassesPartition
-    | SubsetPartition
-    | QuantityPartition
-    | RotationPartition
-    | ClientDirichletPartition
 )
 
 # Dirichlet draws tried before the deterministic min_samples repair; a bound, not a retry loop.

@@ -62,8 +62,6 @@ def resolve_device(name: str) -> torch.device:
 
 def build_setup(spec: Spec, partition_group: zarr.Group) -> TrainSetup:
     """Dataset, clients (with their feature shift applied) and device for a run."""
-    if spec.runtime.threads:
-        torch.set_num_threads(spec.runtime.threads)
     device = resolve_device(spec.runtime.device)
     ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
     part = load_partition(partition_group)

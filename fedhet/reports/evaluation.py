@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import zarr
 
-from fedhet.core import registry
+from fedhet.core import provenance, registry
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext
 from fedhet.core.store import ArtifactStore
@@ -43,6 +43,7 @@ def evaluate_run(
     A method whose final artifact holds no network scores it itself (Algorithm.score_artifact);
     the same fields come back for every method.
     """
+    provenance.use_threads(run.spec.runtime.threads)
     ctx = RunContext(run.spec, store or ArtifactStore())
     scores = registry.algorithm(run.spec.algorithm.name).score_artifact(ctx, run.node, group, model)
     variance = None

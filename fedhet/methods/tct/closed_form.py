@@ -12,9 +12,17 @@ of rounds:
 - n >= d rows: H = V diag(s) V^T, [d, d];
 - n < d: the kernel K = B B^T = U diag(s) U^T, [n, n], with B = Omega^(1/2) Zhat and H = B^T B,
   and H c(lr H) = B^T U diag(c(lr s)) U^T B (B^T f(B B^T) B = f(B^T B) B^T B).
-A step then costs two products with the features (the gradient, and F(H) applied to it in the
-kernel form), about two explicit steps. c is evaluated without cancellation for any lr,
-including rank-deficient (s = 0) and divergent (|1 - lr s| > 1) directions.
+In the kernel form the whole round moves in n-dimensional row coordinates: with the fits
+f = B psi_0 and f_h = B h (n x C, carried by the caller from round to round), the residual
+r = f - Omega^(1/2) Y and K = U S U^T,
+
+    psi_M = psi_0 + M lr h - B^T phi,   phi = M lr r + lr^2 U diag(c) (S U^T r - U^T f_h),
+    B psi_M = f + M lr f_h - K phi,
+
+so a round costs one product B^T phi with the features (plus the caller's B psi for the next
+round's fit, which also gives the loss): two passes, about one explicit step. c is evaluated
+without cancellation for any lr, including rank-deficient (s = 0) and divergent
+(|1 - lr s| > 1) directions.
 """
 
 from __future__ import annotations
@@ -49,31 +57,39 @@ class ExactSteps:
 
     def __init__(self, problem: LeastSquares, steps: int, lr: float) -> None:
         self.problem, self.steps, self.lr = problem, steps, lr
-        rows = sum(z.shape[0] for z in problem.features)
-        self.kernel_form = rows < problem.dim
+        self.kernel_form = problem.rows < problem.dim
         if self.kernel_form:
-            eigenvalues, self.vectors = torch.linalg.eigh(problem.kernel())
-            self.coefficients = flow_coefficients(lr * eigenvalues, steps)
+            self.eigenvalues, self.vectors = torch.linalg.eigh(problem.kernel())
+            self.coefficients = flow_coefficients(lr * self.eigenvalues, steps)
+            self.root_targets = problem.root_targets()
         else:
             eigenvalues, self.vectors = torch.linalg.eigh(problem.gram())
             self.eigenvalues = eigenvalues
             self.moment = problem.moment()
             self.coefficients = eigenvalues * flow_coefficients(lr * eigenvalues, steps)
 
-    def gradient(self, psi: Tensor) -> Tensor:
-        if self.kernel_form:
-            return self.problem.gradient(psi)
-        return self.vectors @ (self.eigenvalues[:, None] * (self.vectors.T @ psi)) - self.moment
+    def run(
+        self, start: Tensor, correction: Tensor, start_fit: Tensor, correction_fit: Tensor
+    ) -> tuple[Tensor, Tensor | None]:
+        """(psi_M, B psi_M) from psi_0 = `start` with the fixed correction h: grad L is replaced
+        by grad L - h at every step. The fits B psi_0 and B h are used (and B psi_M returned)
+        in the kernel form only; the Gram form returns None for B psi_M."""
+        if not self.kernel_form:
+            return self._run_gram(start, correction), None
+        drift = self.steps * self.lr
+        residual = start_fit - self.root_targets
+        projected = self.vectors.T @ residual
+        curved = self.vectors @ (
+            self.coefficients[:, None]
+            * (self.eigenvalues[:, None] * projected - self.vectors.T @ correction_fit)
+        )
+        phi = drift * residual + self.lr**2 * curved
+        model = start + drift * correction - self.problem.root_transpose_times(phi)
+        kernel_phi = self.vectors @ (self.eigenvalues[:, None] * (self.vectors.T @ phi))
+        return model, start_fit + drift * correction_fit - kernel_phi
 
-    def run(self, start: Tensor, correction: Tensor) -> Tensor:
-        """psi_M from psi_0 = `start` with the fixed correction h: grad L is replaced by
-        grad L - h at every step."""
-        direction = self.gradient(start) - correction
-        if self.kernel_form:
-            projected = self.vectors.T @ self.problem.root_times(direction)
-            curved = self.problem.root_transpose_times(
-                self.vectors @ (self.coefficients[:, None] * projected)
-            )
-        else:
-            curved = self.vectors @ (self.coefficients[:, None] * (self.vectors.T @ direction))
+    def _run_gram(self, start: Tensor, correction: Tensor) -> Tensor:
+        gradient = self.vectors @ (self.eigenvalues[:, None] * (self.vectors.T @ start))
+        direction = gradient - self.moment - correction
+        curved = self.vectors @ (self.coefficients[:, None] * (self.vectors.T @ direction))
         return start - self.steps * self.lr * direction - self.lr**2 * curved

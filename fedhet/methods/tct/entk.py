@@ -10,9 +10,11 @@ feature does not depend on which other samples share its batch. That independenc
 makes the batched computation exact: one forward and one backward pass of sum_b f_1(x_b)
 give, at every module, the sample's input a_b and output gradient delta_b, and a module's
 per-sample parameter gradient depends only on (a_b, delta_b). Linear and Conv2d layers then
-produce just the selected coordinates (sum over positions of delta[o] * a[r], never the full
-per-sample gradient, whose size is the cost on a CPU); any other module with parameters
-(norm layers, custom modules) gets torch.func's vmap(grad) of its own functional_call.
+produce just the selected coordinates (sum over positions of delta[o] * a[r]), gathered pair
+by pair, except where so many of a convolution's weights are kept that one batched matrix
+product of the full per-sample gradient (im2col) is cheaper than the gather; any other module
+with parameters (norm layers, custom modules) gets torch.func's vmap(grad) of its own
+functional_call. A chunk's features are written batch-last, [p, B], and transposed once.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from fedhet.core.errors import InputError, RunError
 
 # Elements in one temporary product block of the Linear/Conv2d coordinate gather.
 _GATHER_BUDGET = 1 << 22
+# Measured on one CPU thread (float32): a gathered multiply-add costs about as much as 200
+# multiply-adds of a batched matrix product, and an im2col element as 90 of them.
+_GATHER_COST, _IM2COL_COST = 200, 90
 
 
 def reinit_head(model: nn.Module, seed: int) -> None:
@@ -160,21 +165,28 @@ class _Factors:
     delta: Tensor  # [O, L, B], contiguous
     rows: Callable[[Tensor], Tensor]  # input-row indices [k] -> [k, L, B]
     row_count: int  # R
+    full: Callable[[], Tensor] | None = None  # the whole per-sample gradient [B, R * O]
 
-    def weight(self, flat_index: Tensor) -> Tensor:
-        """[B, k] for k flat weight indices, in blocks of bounded memory."""
+    def weight(self, flat_index: Tensor, out: Tensor) -> None:
+        """Write the [k, B] gradients of k flat weight indices into `out`."""
+        outputs, positions, _ = self.delta.shape
+        pairs = flat_index.numel()
+        full_cost = _IM2COL_COST * self.row_count + outputs * self.row_count
         out_idx, in_idx = flat_index // self.row_count, flat_index % self.row_count
-        step = max(1, _GATHER_BUDGET // (self.delta.shape[1] * self.delta.shape[2]))
-        blocks = [
-            (
-                self.delta.index_select(0, out_idx[s : s + step]) * self.rows(in_idx[s : s + step])
-            ).sum(dim=1)
-            for s in range(0, flat_index.numel(), step)
-        ]
-        return torch.cat(blocks).T
+        if self.full is not None and _GATHER_COST * pairs > full_cost:
+            out.copy_(self.full().index_select(1, in_idx * outputs + out_idx).T)
+            return
+        step = max(1, _GATHER_BUDGET // self.delta[0].numel())
+        for s in range(0, pairs, step):
+            product = self.delta.index_select(0, out_idx[s : s + step])
+            product *= self.rows(in_idx[s : s + step])
+            if positions == 1:
+                out[s : s + step] = product.squeeze(1)
+            else:
+                torch.sum(product, dim=1, out=out[s : s + step])
 
-    def bias(self, index: Tensor) -> Tensor:
-        return self.delta.sum(dim=1).index_select(0, index).T
+    def bias(self, index: Tensor, out: Tensor) -> None:
+        torch.index_select(self.delta.sum(dim=1), 0, index, out=out)
 
 
 def _batch_last(values: Tensor) -> Tensor:
@@ -209,7 +221,11 @@ def _conv_factors(conv: nn.Conv2d, x: Tensor, delta: Tensor) -> _Factors:
         index = (start[:, None] + positions[None, :]).flatten()
         return padded.index_select(0, index).view(r.numel(), positions.numel(), x.shape[0])
 
-    return _Factors(_batch_last(delta.flatten(2)), rows, conv.in_channels * kh * kw)
+    def full() -> Tensor:
+        columns = F.unfold(x, conv.kernel_size, conv.dilation, conv.padding, conv.stride)
+        return torch.bmm(columns, delta.flatten(2).transpose(1, 2).contiguous()).flatten(1)
+
+    return _Factors(_batch_last(delta.flatten(2)), rows, conv.in_channels * kh * kw, full)
 
 
 def _factors(module: nn.Module, inputs: tuple[Any, ...], delta: Tensor) -> _Factors | None:
@@ -230,11 +246,11 @@ def _factors(module: nn.Module, inputs: tuple[Any, ...], delta: Tensor) -> _Fact
     return None
 
 
-def _factored_gradients(factors: _Factors, selections: list[_Selection]) -> dict[str, Tensor]:
-    return {
-        s.local_name: factors.weight(s.index) if s.local_name == "weight" else factors.bias(s.index)
-        for s in selections
-    }
+def _write_factored(factors: _Factors, selection: _Selection, out: Tensor) -> None:
+    if selection.local_name == "weight":
+        factors.weight(selection.index, out)
+    else:
+        factors.bias(selection.index, out)
 
 
 def _vmapped_gradients(
@@ -312,19 +328,28 @@ def _features_of_chunk(
         deltas = torch.autograd.grad(
             logits[:, 0].sum(), [call.output for call in calls], allow_unused=True
         )
-    features = torch.zeros(x.shape[0], p, dtype=logits.dtype, device=logits.device)
+    features = torch.zeros(p, x.shape[0], dtype=logits.dtype, device=logits.device)
+    written: set[nn.Module] = set()  # a module called again adds to its first call's columns
     for call, delta in zip(calls, deltas, strict=True):
         if delta is None:  # this call does not reach logit 0
             continue
         selections = plan[call.module]
         factors = _factors(call.module, call.inputs, delta)
-        if factors is not None:
-            grads = _factored_gradients(factors, selections)
-        else:
+        if factors is None:
             grads = _vmapped_gradients(call.module, call.inputs, call.kwargs, delta, selections)
+            for selection in selections:
+                features[selection.columns] += grads[selection.local_name].T
+            continue
         for selection in selections:
-            features[:, selection.columns] += grads[selection.local_name]
-    return features
+            target = features[selection.columns]
+            if call.module in written:
+                block = torch.empty_like(target)
+                _write_factored(factors, selection, block)
+                target += block
+            else:
+                _write_factored(factors, selection, target)
+        written.add(call.module)
+    return features.T.contiguous()
 
 
 def iter_entk_chunks(model: nn.Module, x: Tensor, coords: Tensor, chunk: int) -> Iterator[Tensor]:

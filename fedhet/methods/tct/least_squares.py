@@ -34,6 +34,11 @@ class LeastSquares:
     bias: bool = True
 
     @property
+    def rows(self) -> int:
+        """n, the number of rows over all blocks."""
+        return sum(z.shape[0] for z in self.features)
+
+    @property
     def dim(self) -> int:
         """d, the length of a column of psi: p, plus 1 with the bias."""
         return self.features[0].shape[1] + int(self.bias)
@@ -47,13 +52,14 @@ class LeastSquares:
         return fit + psi[-1] if self.bias else fit
 
     def _transpose_times(self, blocks: list[Tensor], weights: list[float]) -> Tensor:
-        """sum_k weights_k Zhat_k^T E_k, [d, C]."""
+        """sum_k weights_k Zhat_k^T E_k, [d, C], streamed over column slabs (each output row
+        is written once)."""
         total = torch.zeros(self.dim, blocks[0].shape[1], dtype=torch.float64)
         for z, e, weight in zip(self.features, blocks, weights, strict=True):
-            weighted = weight * e
-            starts, step = _slab_starts(*z.shape)
-            for s in starts:
-                total[: z.shape[1]] += z[s : s + step].to(torch.float64).T @ weighted[s : s + step]
+            weighted, columns = weight * e, total[: z.shape[1]]
+            starts, step = _slab_starts(z.shape[1], z.shape[0])
+            for c in starts:
+                columns[c : c + step] += z[:, c : c + step].to(torch.float64).T @ weighted
             if self.bias:
                 total[-1] += weighted.sum(dim=0)
         return total
@@ -64,12 +70,15 @@ class LeastSquares:
     def gradient(self, psi: Tensor) -> Tensor:
         return self._transpose_times(self.residuals(psi), self.row_weights)
 
-    def loss(self, psi: Tensor) -> float:
-        # From the residual: a Gram form would cancel catastrophically near a zero loss.
-        return 0.5 * sum(
-            weight * float(r.square().sum())
-            for weight, r in zip(self.row_weights, self.residuals(psi), strict=True)
-        )
+    def root_targets(self) -> Tensor:
+        """Omega^(1/2) Y over all rows, [n, C]."""
+        return self._root_weights()[:, None] * torch.cat(self.targets)
+
+    def loss_from_root_fit(self, fit: Tensor) -> float:
+        """L(psi) from the fit Omega^(1/2) Zhat psi (see `root_times`), without a pass over
+        the features. From the residual: a Gram form would cancel catastrophically near a zero
+        loss."""
+        return 0.5 * float((fit - self.root_targets()).square().sum())
 
     def moment(self) -> Tensor:
         """b = sum_k omega_k Zhat_k^T Y_k, [d, C]; the gradient is H psi - b."""

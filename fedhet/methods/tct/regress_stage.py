@@ -147,8 +147,6 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     config = Stage2Spec.model_validate(node.config)
     entk = ctx.upstream(node, "entk")
     bootstrap = ctx.upstream(node.upstream["entk"], "bootstrap")
-    if ctx.spec.runtime.threads:
-        torch.set_num_threads(ctx.spec.runtime.threads)
     clients, test = load_splits(entk)
     clients = [c for c in clients if len(c.labels)]  # an empty client never trains (no rows)
     p, classes = clients[0].features.shape[1], clients[0].targets.shape[1]

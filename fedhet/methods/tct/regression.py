@@ -86,11 +86,11 @@ class _ExplicitSteps:
             return self.gram @ psi - self.moment
         return self.problem.gradient(psi)
 
-    def run(self, start: Tensor, correction: Tensor) -> Tensor:
+    def run(self, start: Tensor, correction: Tensor, *_fits: Tensor) -> tuple[Tensor, None]:
         psi = start.clone()
         for _ in range(self.steps):
             psi -= self.lr * (self.gradient(psi) - correction)
-        return psi
+        return psi, None
 
 
 def _gram_is_cheaper(count: int, dim: int, classes: int, steps: int) -> bool:
@@ -201,17 +201,34 @@ def solve(
             for (z, _), y in zip(clients, targets, strict=True)
         ]
     )
+    problem_shares = [1.0] if algorithm == "gd" else shares
     movers = [_stepper(p, solver, step_form, local_steps, lr, rounds) for p in problems]
     psi = torch.zeros(union.dim, targets[0].shape[1], dtype=torch.float64)
     controls = [torch.zeros_like(psi) for _ in movers]
+    # B_k psi and B_k h_k (B_k = Omega_k^(1/2) Zhat_k), carried so that a round in kernel form
+    # passes over the features only twice (fedhet.methods.tct.closed_form)
+    fits = [psi.new_zeros(p.rows, psi.shape[1]) for p in problems]
+    control_fits = [f.clone() for f in fits]
     losses: list[float] = []
     for round_number in range(1, rounds + 1):
-        local_models = [mover.run(psi, h) for mover, h in zip(movers, controls, strict=True)]
-        psi = local_models[0] if algorithm == "gd" else _weighted_sum(local_models, shares)
+        local = [
+            mover.run(psi, h, fit, h_fit)
+            for mover, h, fit, h_fit in zip(movers, controls, fits, control_fits, strict=True)
+        ]
+        models = [model for model, _ in local]
+        psi = models[0] if algorithm == "gd" else _weighted_sum(models, shares)
+        fits = [problem.root_times(psi) for problem in problems]
         if algorithm == "scaffold":
-            for h, local in zip(controls, local_models, strict=True):
-                h += (psi - local) / (local_steps * lr)
-        loss = union.loss(psi)
+            for h, h_fit, (model, model_fit), fit in zip(
+                controls, control_fits, local, fits, strict=True
+            ):
+                h += (psi - model) / (local_steps * lr)
+                if model_fit is not None:
+                    h_fit += (fit - model_fit) / (local_steps * lr)
+        loss = sum(
+            share * problem.loss_from_root_fit(fit)
+            for share, problem, fit in zip(problem_shares, problems, fits, strict=True)
+        )
         if not math.isfinite(loss):
             raise RunError(
                 f"stage-2 {algorithm} diverged at round {round_number}: training loss is {loss}; "

@@ -88,8 +88,7 @@ class VHLObjective:
             if tuple(images.shape[1:]) != setup.dataset.shape:
                 raise RunError(
                     f"virtual images {tuple(images.shape[1:])} do not match the dataset's "
-                    f"{setup.dataset.shape}; fix NATURAL_DATA in "
-                    "fedhet/methods/vhl/virtual_stage.py"
+                    f"{setup.dataset.shape}; fix DATA_SHAPES in fedhet/data/shapes.py"
                 )
             images, labels = images.to(setup.device), labels.to(setup.device)
         classes = setup.dataset.num_classes

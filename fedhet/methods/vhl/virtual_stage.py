@@ -18,27 +18,15 @@ from pydantic import TypeAdapter
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.spec import Spec
+from fedhet.data.shapes import DATA_SHAPES
 from fedhet.methods.vhl.config import GeneratorSpec, VHLSpec, virtual_classes
 from fedhet.methods.vhl.generators import generate
 
 VERSION = 1
 
-# (channels, height, width) and number of classes of every registered dataset, so that planning
-# (`fedhet spec hash`, `validate`) never loads data. tests/test_vhl.py checks it against
-# fedhet.data.datasets, and a run whose virtual images do not match its dataset fails loudly.
-NATURAL_DATA: dict[str, tuple[tuple[int, int, int], int]] = {
-    "digits": ((1, 8, 8), 10),
-    "mnist": ((1, 28, 28), 10),
-    "fmnist": ((1, 28, 28), 10),
-    "emnist": ((1, 28, 28), 47),
-    "cifar10": ((3, 32, 32), 10),
-    "cifar100": ((3, 32, 32), 100),
-    "svhn": ((3, 32, 32), 10),
-}
-
 
 def virtual_config(config: VHLSpec, spec: Spec) -> dict:
-    shape, natural_classes = NATURAL_DATA[spec.data.dataset]
+    shape, natural_classes = DATA_SHAPES[spec.data.dataset]
     return {
         "generator": config.generator.model_dump(mode="json"),
         "classes": virtual_classes(config, natural_classes),
@@ -61,8 +49,6 @@ def virtual_upstream(spec: Spec) -> dict[str, StageNode]:
 
 @stage("virtual")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
-    if ctx.spec.runtime.threads:
-        torch.set_num_threads(ctx.spec.runtime.threads)
     cfg = node.config
     generator = TypeAdapter(GeneratorSpec).validate_python(cfg["generator"])
     images, labels = generate(

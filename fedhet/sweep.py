@@ -1,0 +1,73 @@
+"""A spec's runs as one sweep: every stage node of every run scheduled over the stage DAG,
+computed by local worker processes (`--jobs N`) or Ray tasks (`--ray [ADDRESS]`)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from fedhet.core.errors import InputError
+from fedhet.core.executors import LocalProcesses
+from fedhet.core.pipeline import RunContext, compute
+from fedhet.core.scheduler import (
+    Executor,
+    Listener,
+    NodeState,
+    Scheduler,
+    Task,
+    final_task,
+    plan_tasks,
+)
+from fedhet.core.store import ArtifactStore
+from fedhet.runs import Run
+
+
+def compute_task(task: Task) -> str:
+    """Compute one node in a worker (its upstream is stored): what `pipeline.compute` did.
+    Its messages stay in the worker; the sweep's view tells what happens."""
+    quiet = Console(stderr=True, quiet=True)
+    ctx = RunContext(task.spec, ArtifactStore(task.store_root), quiet, task.run_name, task.labels)
+    return compute(task.node, ctx, wait=False)  # task.spec is the node's own already
+
+
+def final_tasks(runs: list[Run], store: ArtifactStore) -> list[Task]:
+    root = str(store.root.resolve())
+    return [final_task(run.spec, root, run.node_labels(), run.label) for run in runs]
+
+
+def executor_for(
+    runs: list[Run], jobs: int | None, ray_address: str | None, threads: int
+) -> Executor:
+    """Local worker processes (`jobs`) or Ray tasks (`ray_address`: "local" starts a Ray here)."""
+    if ray_address is None:
+        return LocalProcesses(compute_task, jobs or 1, threads)
+    from fedhet.core.ray_executor import RayTasks
+
+    asks = {(r.spec.runtime.resources.cpus, r.spec.runtime.resources.gpus) for r in runs}
+    if len(asks) > 1:
+        raise InputError("runtime.resources: give every run of a sweep the same resources")
+    cpus, gpus = asks.pop()
+    return RayTasks(compute_task, None if ray_address == "local" else ray_address, cpus, gpus)
+
+
+def check_writable(store: ArtifactStore) -> None:
+    """InputError unless the store can be written (before any worker starts)."""
+    probe = store.root / f".write-probe-{id(store)}"
+    created = not store.root.exists()
+    try:
+        store.root.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+        if created:  # nothing is left behind by a command that fails on other input
+            store.root.rmdir()
+    except OSError as error:
+        raise InputError(
+            f"--store {store.root}: not writable ({error.strerror}); give a writable folder"
+        ) from None
+
+
+def sweep(
+    runs: list[Run], store: ArtifactStore, executor: Executor, on_change: Listener
+) -> dict[str, NodeState]:
+    """Run every missing node of every run; the final state of every node by key."""
+    tasks = plan_tasks(final_tasks(runs, store))
+    return Scheduler(tasks, executor, on_change).run()

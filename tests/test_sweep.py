@@ -1,0 +1,174 @@
+"""Sweeps: every stage node of every run scheduled over the DAG, on local worker processes
+(`--jobs`) or Ray; results equal a sequential run bit for bit; locks on a shared store."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from conftest import REPO, TINY_SPEC, cli_env, write_spec
+
+from fedhet.core import lockfile
+from fedhet.core.store import ArtifactStore
+
+MATRIX = {
+    **TINY_SPEC,
+    "federation": {"rounds": 3, "batch_size": 32, "lr": 0.05},
+    "runtime": {"threads": 1, "checkpoint_every": 1, "progress": False},
+    "matrix": {"algorithm.name": ["fedavg", "scaffold"], "seed": [0, 1]},
+}
+
+
+def stored(root: Path) -> dict[str, dict[str, np.ndarray]]:
+    """stage/key -> every array of the artifact."""
+    found = {}
+    for info in ArtifactStore(root).ls():
+        group = zarr.open_group(info.path, mode="r")
+        found[f"{info.stage}/{info.key}"] = {
+            name: array[...]
+            for name, array in group.members(max_depth=None)
+            if isinstance(array, zarr.Array) and "wall_time" not in name  # a timing
+        }
+    return found
+
+
+def without_times(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in rows]
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].keys() == b[key].keys(), key
+        for name in a[key]:
+            np.testing.assert_array_equal(a[key][name], b[key][name], err_msg=f"{key} {name}")
+
+
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory, fedhet):
+    work = tmp_path_factory.mktemp("sequential")
+    spec = write_spec(work / "matrix.yaml", MATRIX)
+    result = fedhet("train", spec, "--format", "json", store=work / "store")
+    assert result.rc == 0, result.stderr
+    return spec, stored(work / "store"), without_times(json.loads(result.stdout))
+
+
+def test_jobs_2_equals_sequential_bit_for_bit(sequential, fedhet, tmp_path):
+    spec, expected, rows = sequential
+    assert len(expected) == 2 + 4  # two partitions (one per seed) shared by two algorithms
+    result = fedhet("train", spec, "--jobs", "2", "--format", "json", store=tmp_path / "s")
+    assert result.rc == 0, result.stderr
+    assert without_times(json.loads(result.stdout)) == rows
+    assert_same(stored(tmp_path / "s"), expected)
+    assert result.stderr.count("partition") == 2 * 2  # running, computed: each once
+
+
+def test_ray_two_node_cluster_equals_sequential(sequential, fedhet, tmp_path):
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    spec, expected, rows = sequential
+    cluster = cluster_utils.Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+    )
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        result = fedhet(
+            "train", spec, "--ray", cluster.address, "--format", "json", store=tmp_path / "s"
+        )
+    finally:
+        cluster.shutdown()
+    assert result.rc == 0, result.stderr
+    assert without_times(json.loads(result.stdout)) == rows
+    assert_same(stored(tmp_path / "s"), expected)
+
+
+def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, tmp_path):
+    spec, expected, _ = sequential
+    slow = write_spec(tmp_path / "slow.yaml", MATRIX)  # same keys as `spec`
+    env = cli_env(tmp_path / "s")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "fedhet", "train", slow, "--jobs", "2"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "s").glob("train/*.partial/*")):  # a checkpoint is written
+        assert time.monotonic() < deadline and first.poll() is None
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)  # the main process: its workers lose their parent
+    first.wait(timeout=30)
+    assert list((tmp_path / "s").glob("train/*.lock"))  # left behind by the dead owner
+    rerun = subprocess.run(
+        [sys.executable, "-m", "fedhet", "train", spec, "--jobs", "2"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert_same(stored(tmp_path / "s"), expected)
+    assert not list((tmp_path / "s").glob("*/*.lock"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--jobs", "0"], "--jobs 0"),
+        (["--ray", "127.0.0.1:9"], "--ray 127.0.0.1:9"),
+        (["--jobs", "2", "--store", "/proc/fedhet-store"], "not writable"),
+    ],
+)
+def test_bad_sweep_input_exits_2_in_one_line(fedhet, tmp_path, args, message):
+    spec = write_spec(tmp_path / "m.yaml", MATRIX)
+    result = fedhet("train", spec, *args, store=tmp_path / "s")
+    assert result.rc == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()
+
+
+# --- the lock file ------------------------------------------------------------------------
+
+
+def test_a_live_lock_is_not_taken_and_a_released_one_is(tmp_path):
+    path = tmp_path / "k.lock"
+    with lockfile.try_acquire(path) as lease:
+        assert lockfile.holder(path) == lease.owner
+        assert lockfile.try_acquire(path) is None
+    assert not path.exists() and lockfile.holder(path) is None
+
+
+def test_a_dead_owners_lock_is_taken_over_once(tmp_path):
+    path = tmp_path / "k.lock"
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
+    owner = lockfile.Owner(lockfile.socket.gethostname(), int(dead), time.time(), "dead")
+    path.write_text(json.dumps(owner.__dict__))
+    lease = lockfile.try_acquire(path)
+    assert lease is not None and lease.took_over == owner
+    assert lockfile.try_acquire(path) is None  # the new owner holds it
+    lease.release()
+
+
+def test_a_silent_remote_owners_lock_goes_stale(tmp_path, monkeypatch):
+    monkeypatch.setenv(lockfile.STALE_ENV, "0.5")
+    path = tmp_path / "k.lock"
+    remote = lockfile.Owner("another-machine", 1, time.time(), "remote")
+    path.write_text(json.dumps(remote.__dict__))
+    assert lockfile.try_acquire(path) is None  # its heartbeat is fresh
+    time.sleep(0.6)
+    with lockfile.try_acquire(path) as lease:
+        assert lease.took_over == remote
+        time.sleep(0.6)  # our own heartbeat keeps it live
+        assert lockfile.holder(path) == lease.owner
