@@ -120,4 +120,4 @@ def test_report_takes_overrides(fedhet: CliRunner, trained, tmp_path):
     assert result.rc == 2 and "not stored" in result.stderr  # another learning rate: new runs
     result = fedhet("report", spec, "name=renamed", "--out", tmp_path, store=store)
     assert result.rc == 0, result.stderr  # the name enters no key: the stored run is reported
-    assert (tmp_path / "tiny.md").is_file()
+    assert (tmp_path / "renamed.md").is_file()  # named after the overridden name

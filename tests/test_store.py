@@ -195,8 +195,13 @@ COMPUTER = """
         time.sleep(1.0)
         out.create_array("answer", data=np.array([42]))
 
-    # all a stage-less run needs (a name, and a dump recorded as the spec as run); keeps torch out
-    spec = SimpleNamespace(name="lock-test", model_dump=lambda **_: {"name": "lock-test"})
+    # all a stage-less run needs (a name, runtime settings, and a dump recorded as the spec as
+    # run); keeps torch out
+    spec = SimpleNamespace(
+        name="lock-test",
+        runtime=SimpleNamespace(threads=None),
+        model_dump=lambda **_: {"name": "lock-test"},
+    )
     print("ready", flush=True)
     sys.stdin.readline()  # start both processes' `ensure` together
     node = StageNode("slow_test_stage", 1, {"x": 1})

@@ -17,7 +17,6 @@ from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec, parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.data.datasets import load_dataset
 from fedhet.engine.algorithm import Algorithm, ClientJob, make_algorithm
 from fedhet.engine.loop import evaluate
 from fedhet.engine.setup import build_setup

@@ -557,7 +557,14 @@ def evaluate(
         print(json.dumps(reports, indent=2))
         return
     rows = [_eval_row(report, readable=fmt is not Format.csv) for report in reports]
-    show(out, rows, [*EVAL_COLUMNS, *(CGV_COLUMNS if cgv else [])], fmt, title=path.stem)
+    lists = EVAL_COLUMNS[-2:]  # too wide for a terminal's table: listed under it instead
+    columns = [*EVAL_COLUMNS[:-2], *(CGV_COLUMNS if cgv else []), *lists]
+    show(out, rows, columns[: -len(lists)] if fmt is Format.table else columns, fmt, path.stem)
+    if fmt is Format.table:
+        for row in rows:
+            out.print(f"{row['algorithm']}, {row['setting']}, seed {row['seed']}", markup=False)
+            for column in lists:
+                out.print(f"  {column.header}: {row[column.key]}", markup=False)
 
 
 def _eval_row(report: dict, readable: bool) -> dict:

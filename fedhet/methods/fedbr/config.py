@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fedhet.core.sections import AlgorithmSpec, Section
+from fedhet.core.sections import MAX_COUNT, MAX_WIDTH, AlgorithmSpec, Section
 from fedhet.core.spec import DatasetName
 
 
@@ -15,11 +15,16 @@ class PseudoSpec(Section):
 
     kind: Literal["rsm", "mixture"] = "rsm"
     size: int | None = Field(
-        None, ge=1, description="pseudo samples; default one batch (federation.batch_size)"
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="pseudo samples; default one batch (federation.batch_size)",
     )
-    subset: int = Field(10, ge=1, description="samples averaged into one RSM sample")
+    subset: int = Field(10, ge=1, le=MAX_COUNT, description="samples averaged into one RSM sample")
     proxy: DatasetName = Field("digits", description="mixture: the proxy dataset")
-    mix: int = Field(1, ge=0, description="mixture: K local samples mixed into each (Eq. 4)")
+    mix: int = Field(
+        1, ge=0, le=MAX_COUNT, description="mixture: K local samples mixed into each (Eq. 4)"
+    )
     refresh: Literal["once", "round"] = Field(
         "once", description="once: sent at the start; round: regenerated every round"
     )
@@ -43,8 +48,8 @@ class FedBRConfig(AlgorithmSpec):
     mu: float = Field(0.5, ge=0, description="weight of L_con")
     tau1: float = Field(2.0, gt=0, description="L_con temperature of the positive pair (Eq. 5)")
     tau2: float = Field(2.0, gt=0, description="L_con temperature of the negative pairs (Eq. 6)")
-    projection_width: int = Field(256, ge=1)
-    projection_dim: int = Field(128, ge=1)
+    projection_width: int = Field(256, ge=1, le=MAX_WIDTH)
+    projection_dim: int = Field(128, ge=1, le=MAX_WIDTH)
 
     @property
     def uses_pseudo(self) -> bool:

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from fedhet.core.errors import InputError
-from fedhet.core.sections import AlgorithmSpec
+from fedhet.core.sections import MAX_COUNT, AlgorithmSpec
 
 Objective = Literal["official", "mixture"]
 
@@ -24,7 +24,10 @@ class FedImproConfig(AlgorithmSpec):
         0.9, ge=0, lt=1, description="moving-average momentum of the client statistics (Eq. 7)"
     )
     samples: int | None = Field(
-        None, ge=1, description="N_hat, sampled features per local step; default: the batch size"
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="N_hat, sampled features per local step; default: the batch size",
     )
     objective: Objective = Field(
         "official",
@@ -41,7 +44,10 @@ class FedImproConfig(AlgorithmSpec):
         "reaches w after this fraction R of the run's rounds; 0 keeps w constant",
     )
     ramp_rounds: int | None = Field(
-        None, ge=1, description="R in rounds instead of a fraction (the authors' code: 500)"
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="R in rounds instead of a fraction (the authors' code: 500)",
     )
     noise_std: float = Field(
         0.0, ge=0, description="std of Gaussian noise on the uploaded statistics (Table 7)"

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fedhet.core.sections import AlgorithmSpec
+from fedhet.core.sections import MAX_COUNT, AlgorithmSpec
 
 
 class FedTANConfig(AlgorithmSpec):
@@ -26,7 +26,9 @@ class FedAvgAlgorithm2Config(AlgorithmSpec):
 
 class FedTANIIConfig(AlgorithmSpec):
     name: Literal["fedtan_ii"] = "fedtan_ii"
-    sync_rounds: int = Field(50, ge=1, description="M: FedTAN rounds before BN stats freeze")
+    sync_rounds: int = Field(
+        50, ge=1, le=MAX_COUNT, description="M: FedTAN rounds before BN stats freeze"
+    )
     frozen_lr_scale: float = Field(
         0.1, gt=0, le=1, description="lr multiplier once frozen (paper, MNIST: 0.5 -> 0.05)"
     )

@@ -8,11 +8,13 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from fedhet.core.errors import InputError
-from fedhet.core.sections import MAX_SEED, Section
+from fedhet.core.sections import MAX_CLASSES, MAX_COUNT, MAX_LAYERS, MAX_SEED, MAX_WIDTH, Section
 
 
 class _GeneratorSpec(Section):
-    per_class: int = Field(200, ge=2, description="virtual images per class (official: 200)")
+    per_class: int = Field(
+        200, ge=2, le=MAX_COUNT, description="virtual images per class (official: 200)"
+    )
 
     def options(self) -> dict[str, Any]:
         """Keyword options of `fedhet.methods.vhl.generate` for this generator."""
@@ -23,9 +25,9 @@ class StyleGAN2Spec(_GeneratorSpec):
     """Untrained StyleGAN2; class k's latents z ~ N(mu_k, latent_std^2), mu_k ~ N(0, 0.5^2)."""
 
     kind: Literal["stylegan2"] = "stylegan2"
-    style_dim: int = Field(64, ge=1)
-    mapping_layers: int = Field(1, ge=0)
-    channels: int = Field(64, ge=1, description="feature width (official code: 512)")
+    style_dim: int = Field(64, ge=1, le=MAX_WIDTH)
+    mapping_layers: int = Field(1, ge=0, le=MAX_LAYERS)
+    channels: int = Field(64, ge=1, le=MAX_WIDTH, description="feature width (official code: 512)")
     noise_strength: float = Field(
         0.0,
         ge=0,
@@ -40,7 +42,7 @@ class NoiseSpec(_GeneratorSpec):
     """Per-class mean image at low resolution plus per-sample noise, upsampled bilinearly."""
 
     kind: Literal["noise"] = "noise"
-    low_resolution: int = Field(8, ge=1)
+    low_resolution: int = Field(8, ge=1, le=MAX_WIDTH)
     class_mean_std: float = Field(1.0, gt=0)
     sample_std: float = Field(0.5, ge=0)
 
@@ -49,8 +51,8 @@ class ConvSpec(_GeneratorSpec):
     """One randomly initialized small conv generator per class."""
 
     kind: Literal["conv"] = "conv"
-    z_dim: int = Field(64, ge=1)
-    channels: int = Field(32, ge=1)
+    z_dim: int = Field(64, ge=1, le=MAX_WIDTH)
+    channels: int = Field(32, ge=1, le=MAX_WIDTH)
 
 
 GeneratorSpec = Annotated[StyleGAN2Spec | NoiseSpec | ConvSpec, Field(discriminator="kind")]
@@ -62,7 +64,10 @@ class VHLSpec(Section):
     variant: Literal["vhl", "naive", "vfa"] = "vhl"
     generator: GeneratorSpec = StyleGAN2Spec()
     classes: int | None = Field(
-        None, ge=1, description="number of virtual classes C_v; default: the natural classes' C"
+        None,
+        ge=1,
+        le=MAX_CLASSES,
+        description="number of virtual classes C_v; default: the natural classes' C",
     )
     seed: int | None = Field(
         None,
@@ -74,7 +79,10 @@ class VHLSpec(Section):
         "extra", description="virtual classes as C_v extra outputs (official) or sharing the first"
     )
     batch_size: int | None = Field(
-        None, ge=1, description="virtual samples per step; default: the real batch's size"
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="virtual samples per step; default: the real batch's size",
     )
     augment: bool = Field(
         True,
