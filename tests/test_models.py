@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from pydantic import ValidationError
 from torch import nn
 
 from fedhet.core.errors import InputError
@@ -158,8 +159,8 @@ def test_group_norm_needs_groups_dividing_every_width():
 def test_bad_inputs_raise_input_error():
     with pytest.raises(InputError):
         build_model(small("simple_cnn"), (1, 3, 3), 10, 0)
-    with pytest.raises(InputError):
-        build_model(small("simple_cnn", channels=[4, 8, 16]), (1, 8, 8), 10, 0)
+    with pytest.raises(ValidationError, match="channels must list 2 conv widths"):
+        small("simple_cnn", channels=[4, 8, 16])  # refused when the spec is validated
     with pytest.raises(InputError):
         build_model(small("mlp"), (1, 8, 8), 0, 0)
 
