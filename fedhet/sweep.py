@@ -6,8 +6,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from fedhet.core.errors import InputError
-from fedhet.core.executors import LocalProcesses
-from fedhet.core.pipeline import RunContext, compute
+from fedhet.core.executors import LocalProcesses, progress_sink
+from fedhet.core.pipeline import ProgressSink, RunContext, compute
 from fedhet.core.scheduler import (
     Executor,
     Listener,
@@ -25,7 +25,8 @@ def compute_task(task: Task) -> str:
     """Compute one node in a worker (its upstream is stored): what `pipeline.compute` did.
     Its messages stay in the worker; the sweep's view tells what happens."""
     quiet = Console(stderr=True, quiet=True)
-    ctx = RunContext(task.spec, ArtifactStore(task.store_root), quiet, task.run_name, task.labels)
+    store = ArtifactStore(task.store_root)
+    ctx = RunContext(task.spec, store, quiet, task.run_name, task.labels, progress_sink())
     return compute(task.node, ctx, wait=False)  # task.spec is the node's own already
 
 
@@ -35,11 +36,16 @@ def final_tasks(runs: list[Run], store: ArtifactStore) -> list[Task]:
 
 
 def executor_for(
-    runs: list[Run], jobs: int | None, ray_address: str | None, threads: int
+    runs: list[Run],
+    jobs: int | None,
+    ray_address: str | None,
+    threads: int,
+    on_progress: ProgressSink | None = None,
 ) -> Executor:
-    """Local worker processes (`jobs`) or Ray tasks (`ray_address`: "local" starts a Ray here)."""
+    """Local worker processes (`jobs`) or Ray tasks (`ray_address`: "local" starts a Ray here);
+    the local workers report the progress of their nodes to `on_progress`."""
     if ray_address is None:
-        return LocalProcesses(compute_task, jobs or 1, threads)
+        return LocalProcesses(compute_task, jobs or 1, threads, on_progress)
     from fedhet.core.ray_executor import RayTasks
 
     asks = {(r.spec.runtime.resources.cpus, r.spec.runtime.resources.gpus) for r in runs}

@@ -151,6 +151,18 @@ def write_spec(path: Path, spec: dict[str, Any]) -> Path:
     return path
 
 
+def markdown_tables(lines: list[str]) -> list[list[list[str]]]:
+    """Every markdown table in the lines, as rows of stripped cells."""
+    tables, current = [], []
+    for line in [*lines, ""]:
+        if line.startswith("|"):
+            current.append([c.strip() for c in line.strip("|").split("|")])
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
 TINY_SPEC: dict[str, Any] = {
     "name": "tiny-digits",
     "seed": 3,

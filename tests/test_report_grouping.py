@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import CliRunner, write_spec
+from conftest import CliRunner, markdown_tables, write_spec
 from matplotlib.image import imread
 from rich.console import Console
 
@@ -144,17 +144,6 @@ def report_tables(spec: Spec, tmp_path: Path, best: dict[str, float]) -> list[li
     store_results(store, runs, best)
     md, _ = write_report(spec, runs, store, tmp_path / "out", Console(file=open("/dev/null", "w")))
     return markdown_tables(md.read_text().splitlines())
-
-
-def markdown_tables(lines: list[str]) -> list[list[list[str]]]:
-    tables, current = [], []
-    for line in [*lines, ""]:
-        if line.startswith("|"):
-            current.append([c.strip() for c in line.strip("|").split("|")])
-        elif current:
-            tables.append(current)
-            current = []
-    return tables
 
 
 def mean_std_cell(values: list[float]) -> str:

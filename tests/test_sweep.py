@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -15,8 +18,14 @@ import pytest
 import zarr
 from conftest import REPO, TINY_SPEC, cli_env, write_spec
 
+from fedhet.cli.sweep_view import Rounds, SweepView
 from fedhet.core import lockfile
+from fedhet.core.errors import Interrupted
+from fedhet.core.executors import LocalProcesses
+from fedhet.core.spec import load_spec
 from fedhet.core.store import ArtifactStore
+from fedhet.runs import runs_of, stored_metrics
+from fedhet.sweep import compute_task, sweep
 
 MATRIX = {
     **TINY_SPEC,
@@ -70,46 +79,62 @@ def test_jobs_2_equals_sequential_bit_for_bit(sequential, fedhet, tmp_path):
     assert result.stderr.count("partition") == 2 * 2  # running, computed: each once
 
 
-def test_ray_two_node_cluster_equals_sequential(sequential, fedhet, tmp_path):
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """The address of a local Ray cluster of two one-CPU nodes (real raylets), for this module."""
     cluster_utils = pytest.importorskip("ray.cluster_utils")
-    spec, expected, rows = sequential
     cluster = cluster_utils.Cluster(
         initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
     )
     try:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
-        result = fedhet(
-            "train", spec, "--ray", cluster.address, "--format", "json", store=tmp_path / "s"
-        )
+        yield cluster.address
     finally:
         cluster.shutdown()
+
+
+def test_ray_two_node_cluster_equals_sequential(sequential, ray_cluster, fedhet, tmp_path):
+    spec, expected, rows = sequential
+    result = fedhet("train", spec, "--ray", ray_cluster, "--format", "json", store=tmp_path / "s")
     assert result.rc == 0, result.stderr
     assert without_times(json.loads(result.stdout)) == rows
     assert_same(stored(tmp_path / "s"), expected)
 
 
+def test_resources_the_cluster_cannot_satisfy_exit_2_in_one_line(ray_cluster, fedhet, tmp_path):
+    spec = write_spec(tmp_path / "m.yaml", MATRIX)
+    result = fedhet(
+        "train", spec, "runtime.resources.cpus=64", "--ray", ray_cluster, store=tmp_path / "s"
+    )
+    assert result.rc == 2, result.stderr
+    assert "runtime.resources" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()  # nothing started
+
+
 def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, tmp_path):
     spec, expected, _ = sequential
-    slow = write_spec(tmp_path / "slow.yaml", MATRIX)  # same keys as `spec`
-    env = cli_env(tmp_path / "s")
+    store = tmp_path / "s"
+    # a lock of a dead process of this host is stale at once; the short timeout is for others
+    env = cli_env(store, **{lockfile.STALE_ENV: "2"})
     first = subprocess.Popen(
-        [sys.executable, "-m", "fedhet", "train", slow, "--jobs", "2"],
+        [sys.executable, "-m", "fedhet", "train", spec, "--jobs", "2"],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: the command and its workers
     )
     deadline = time.monotonic() + 120
-    while not list((tmp_path / "s").glob("train/*.partial/*")):  # a checkpoint is written
+    while not list(store.glob("train/*.partial/ckpt-*")):  # a run has checkpointed a round
         assert time.monotonic() < deadline and first.poll() is None
-        time.sleep(0.05)
-    first.send_signal(signal.SIGKILL)  # the main process: its workers lose their parent
+        time.sleep(0.02)
+    os.killpg(first.pid, signal.SIGKILL)  # the command and its workers, all at once
     first.wait(timeout=30)
-    assert list((tmp_path / "s").glob("train/*.lock"))  # left behind by the dead owner
-    rerun = subprocess.run(
-        [sys.executable, "-m", "fedhet", "train", spec, "--jobs", "2"],
+    assert list(store.glob("train/*.lock"))  # left behind by the dead workers
+    rerun = subprocess.run(  # in order, so that its messages say what it does
+        [sys.executable, "-m", "fedhet", "train", spec],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -117,8 +142,44 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, tmp_path
         timeout=300,
     )
     assert rerun.returncode == 0, rerun.stderr
-    assert_same(stored(tmp_path / "s"), expected)
-    assert not list((tmp_path / "s").glob("*/*.lock"))
+    assert "taking over the stale lock of" in rerun.stderr
+    assert re.search(r"resuming train \w+ from round [23] of 3", rerun.stderr), rerun.stderr
+    assert_same(stored(store), expected)
+    assert not list(store.glob("*/*.lock"))
+
+
+def test_local_workers_report_each_round_to_the_view(tmp_path):
+    spec = write_spec(tmp_path / "one.yaml", {**MATRIX, "matrix": {"seed": [0]}})
+    runs, store = runs_of(load_spec(spec)), ArtifactStore(tmp_path / "s")
+    view = SweepView(runs, store, console=None, live=False)
+    reports = []
+
+    def on_progress(*report):
+        reports.append(report)
+        view.on_progress(*report)
+
+    states = sweep(runs, store, LocalProcesses(compute_task, 1, 1, on_progress), lambda n: None)
+    (run,) = runs
+    assert states[run.node.key].state == "computed"
+    accuracy = stored_metrics(store.open("train", run.node.key))["test_accuracy"]
+    assert reports == [(run.node.key, k + 1, 3, accuracy[k]) for k in range(3)]
+    assert view._rounds[run.node.key].done == 3
+
+
+def test_the_eta_is_the_time_per_round_times_the_rounds_left():
+    rounds = Rounds(done=3, total=10, accuracy=0.5, attempt=1, since_round=1, since=0.0, latest=4.0)
+    assert rounds.eta_s(now=4.0) == 2.0 * 7
+    assert rounds.eta_s(now=5.0) == 2.0 * 7 - 1.0
+    assert rounds.eta_s(now=100.0) == 0.0
+
+
+def test_an_interrupt_keeps_where_it_stopped_across_processes():
+    stop = Interrupted(signal.SIGTERM)
+    stop.where = "at round 3 of 20"
+    stop.in_stage("train 1a2b3c4d5e6f")
+    again = pickle.loads(pickle.dumps(stop))
+    assert str(again) == str(stop) and "at round 3 of 20 (train 1a2b3c4d5e6f)" in str(again)
+    assert again.exit_code == 128 + signal.SIGTERM
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import pytest
 import torch
 import yaml
 import zarr
+from conftest import markdown_tables
 from matplotlib.colors import to_rgb
 from matplotlib.image import imread
 
@@ -219,18 +220,6 @@ def test_eval_of_a_personalized_run_scores_the_clients_own_models(
     trained = float(group["metrics"]["test_accuracy"][-1])
     assert report["accuracy"] == pytest.approx(trained, abs=1e-6)
     assert len(report["per_client"]) == 4 and all(0 <= a <= 1 for a in report["per_client"])
-
-
-def markdown_tables(lines: list[str]) -> list[list[list[str]]]:
-    """Every markdown table in the lines, as rows of stripped cells."""
-    tables, current = [], []
-    for line in [*lines, ""]:
-        if line.startswith("|"):
-            current.append([c.strip() for c in line.strip("|").split("|")])
-        elif current:
-            tables.append(current)
-            current = []
-    return tables
 
 
 def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatch, capsys):

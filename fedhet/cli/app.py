@@ -388,10 +388,14 @@ def _train_sweep(
 
     check_writable(st)
     threads = runs[0].spec.runtime.threads or max(1, (os.cpu_count() or 1) // (jobs or 1))
-    executor = executor_for(runs, jobs, ray, threads)
     live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
-    with SweepView(runs, st, err, live) as view:
-        states = sweep(runs, st, executor, view.on_change)
+    view = SweepView(runs, st, err, live)
+    executor = executor_for(runs, jobs, ray, threads, view.on_progress)
+    try:
+        with view:
+            states = sweep(runs, st, executor, view.on_change)
+    finally:  # e.g. a local Ray started for this command ends with it
+        executor.close(cancel=True)
     rows, failures = [], []
     for run in runs:
         mine = [states[node.key] for node in run.node.walk()]

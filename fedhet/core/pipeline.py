@@ -48,6 +48,10 @@ class StageNode:
         return list(seen.values())
 
 
+# (node key, steps done, steps in all, the latest accuracy): e.g. round 3 of 20 of a train node
+ProgressSink = Callable[[str, int, int, float], None]
+
+
 @dataclass
 class RunContext:
     """What every stage gets besides its node: the spec, the store, and how to talk to the user."""
@@ -61,6 +65,13 @@ class RunContext:
     # key -> the name a person knows the node by (a run's label); recorded in the artifact and
     # shown in progress lines, never part of a key
     labels: dict[str, str] = field(default_factory=dict)
+    # Where a long stage reports each step of a node as it goes (a sweep's live view); None
+    # when no one listens
+    progress: ProgressSink | None = None
+
+    def report(self, node: StageNode, done: int, total: int, accuracy: float) -> None:
+        if self.progress is not None:
+            self.progress(node.key, done, total, accuracy)
 
     def upstream(self, node: StageNode, role: str) -> zarr.Group:
         up = node.upstream[role]

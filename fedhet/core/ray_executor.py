@@ -51,9 +51,14 @@ class RayTasks:
         ray = self.ray = _import_ray()
         if address is not None and address != "auto":
             check_reachable(address)
-        if not ray.is_initialized():
+        self._connected_here = not ray.is_initialized()
+        if self._connected_here:
             ray.init(address=address, include_dashboard=address is None, log_to_driver=False)
-        self._check_fits(cpus, gpus)
+        try:
+            self._check_fits(cpus, gpus)
+        except InputError:
+            self.close(cancel=True)
+            raise
         self.capacity = max(1, int(ray.cluster_resources().get("CPU", 1) // max(cpus, 1e-3)))
         self.work = work
         self._remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=3)(_outcome_or_error)
@@ -87,4 +92,7 @@ class RayTasks:
         return False  # Ray retries dead workers itself
 
     def close(self, cancel: bool) -> None:
-        pass  # the cluster (or the local Ray, ended with this process) stays as it is
+        """Disconnect (a local Ray started here ends with it); a cluster stays as it is."""
+        if self._connected_here:
+            self.ray.shutdown()
+            self._connected_here = False

@@ -137,7 +137,7 @@ class Scheduler:
         try:
             while self._step():
                 pass
-        except (Interrupted, KeyboardInterrupt):
+        except BaseException:  # a stop, or a bug: the workers stop too
             self.executor.close(cancel=True)
             raise
         self.executor.close(cancel=False)

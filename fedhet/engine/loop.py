@@ -30,7 +30,7 @@ METRICS = (
     "divergence",
     "bytes_up",
     "bytes_down",
-    "comm_rounds",  # server-client round trips: 1 (model exchange) + a synchronized step's
+    "comm_rounds",  # server-client round trips: 1 (model exchange) + Traffic.rounds (FedTAN)
     "wall_time",
 )
 

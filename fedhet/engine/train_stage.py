@@ -61,6 +61,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         def on_round(rnd: int, row: dict[str, float]) -> None:
             acc = row["test_accuracy"]
             progress.update(task, completed=rnd + 1, acc="" if acc != acc else f"acc {acc:.4f}")
+            ctx.report(node, rnd + 1, rounds, acc)
             if events is not None:
                 events.write(rnd, row, learning_rates[rnd])
 

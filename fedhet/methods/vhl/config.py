@@ -17,7 +17,7 @@ class _GeneratorSpec(Section):
     )
 
     def options(self) -> dict[str, Any]:
-        """Keyword options of `fedhet.methods.vhl.generate` for this generator."""
+        """Keyword options of `fedhet.methods.vhl.generators.generate` for this generator."""
         return self.model_dump(exclude={"kind", "per_class"})
 
 
