@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import signal
-import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.queues import Queue
 
-from fedhet.core import interrupts
+from fedhet.core import interrupts, lockfile
 from fedhet.core.pipeline import ProgressSink
 from fedhet.core.scheduler import Task
 
@@ -52,21 +51,21 @@ class InProcess:
         pass
 
 
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+PARENT_POLL_S = 1.0
 
 
 def _die_with(parent: int) -> None:
-    """End this worker as if killed when `parent` (the `fedhet train` process) dies, also by
-    kill -9: its lock then goes stale at once (its pid is gone) and the node resumes from its
-    last checkpoint when the sweep runs again. Linux only (elsewhere orphans finish their node).
-    Our parent is the forkserver, which exits when `parent` does."""
-    if not sys.platform.startswith("linux"):
-        return
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    try:
-        os.kill(parent, 0)  # it may have died before the prctl took effect
-    except ProcessLookupError:
+    """End this worker as if killed once `parent` (the `fedhet train` process) is gone, also
+    after kill -9: its lock then goes stale at once (its pid is gone) and the node resumes from
+    its last checkpoint when the sweep runs again. (Our own parent is the forkserver, which
+    outlives `parent`, so the parent-death signal of Linux would not fire.)"""
+
+    def watch() -> None:
+        while lockfile.process_alive(parent):
+            time.sleep(PARENT_POLL_S)
         os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="fedhet-parent-watch").start()
 
 
 def _forward(events: Queue) -> ProgressSink:

@@ -60,7 +60,8 @@ def read_owner(path: Path) -> tuple[Owner, float] | None:
         return UNKNOWN, heartbeat
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` of this host exists."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -71,7 +72,7 @@ def _process_alive(pid: int) -> bool:
 
 
 def is_live(owner: Owner, heartbeat: float) -> bool:
-    if owner.host == socket.gethostname() and not _process_alive(owner.pid):
+    if owner.host == socket.gethostname() and not process_alive(owner.pid):
         return False
     return time.time() - heartbeat < stale_after()
 

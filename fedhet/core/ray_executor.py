@@ -5,6 +5,7 @@ Ray and resumes from the node's checkpoint; a node's own failure comes back as i
 
 from __future__ import annotations
 
+import logging
 import socket
 from concurrent.futures import Future
 from typing import Any
@@ -53,7 +54,12 @@ class RayTasks:
             check_reachable(address)
         self._connected_here = not ray.is_initialized()
         if self._connected_here:
-            ray.init(address=address, include_dashboard=address is None, log_to_driver=False)
+            ray.init(
+                address=address,
+                include_dashboard=address is None,
+                log_to_driver=False,
+                logging_level=logging.WARNING,  # no "connecting..." lines: stderr is the user's
+            )
         try:
             self._check_fits(cpus, gpus)
         except InputError:
