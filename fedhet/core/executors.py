@@ -1,4 +1,4 @@
-"""Where the scheduler's nodes are computed: in this process, or in N local worker processes."""
+"""Where the scheduler's nodes are computed: N local worker processes (Ray: ray_executor)."""
 
 from __future__ import annotations
 
@@ -25,30 +25,6 @@ def progress_sink() -> ProgressSink | None:
     """Where the node this process computes reports its progress (the sweep's view); None when
     no one listens."""
     return _progress
-
-
-class InProcess:
-    """One node at a time, in this process (what `fedhet train` does without --jobs/--ray)."""
-
-    capacity = 1
-
-    def __init__(self, work: Work, on_progress: ProgressSink | None = None):
-        global _progress
-        self.work, _progress = work, on_progress
-
-    def submit(self, task: Task) -> Future[str]:
-        future: Future[str] = Future()
-        try:
-            future.set_result(self.work(task))
-        except Exception as error:  # a node's failure; Interrupted goes on up
-            future.set_exception(error)
-        return future
-
-    def lost(self, error: BaseException) -> bool:
-        return False
-
-    def close(self, cancel: bool) -> None:
-        pass
 
 
 PARENT_POLL_S = 1.0
