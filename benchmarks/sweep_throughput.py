@@ -16,7 +16,7 @@ SPEC = {
     "data": {"dataset": "digits"},
     "partition": {"scheme": "dirichlet", "clients": 8, "alpha": 0.5},
     "model": {"arch": "mlp", "hidden": [64]},
-    "federation": {"rounds": 15, "batch_size": 16, "lr": 0.05},
+    "federation": {"rounds": 60, "batch_size": 16, "lr": 0.05},
     "runtime": {"threads": 1, "progress": False},
     "matrix": {"algorithm.name": ["fedavg", "fedprox", "scaffold", "fednova"], "seed": [0, 1]},
 }
