@@ -1,5 +1,5 @@
 """A spec's runs as one sweep: every stage node of every run scheduled over the stage DAG,
-computed by local worker processes (`--jobs N`) or Ray tasks (`--ray [ADDRESS]`)."""
+computed by local worker processes (`--jobs N`) or Ray tasks (`--ray`, `--ray-address`)."""
 
 from __future__ import annotations
 

@@ -79,6 +79,15 @@ def test_jobs_2_equals_sequential_bit_for_bit(sequential, fedhet, tmp_path):
     assert result.stderr.count("partition") == 2 * 2  # running, computed: each once
 
 
+def test_ray_flag_alone_runs_on_a_local_ray_and_equals_sequential(sequential, fedhet, tmp_path):
+    pytest.importorskip("ray")
+    spec, expected, rows = sequential
+    result = fedhet("train", spec, "--ray", "--format", "json", store=tmp_path / "s")
+    assert result.rc == 0, result.stderr
+    assert without_times(json.loads(result.stdout)) == rows
+    assert_same(stored(tmp_path / "s"), expected)
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """The address of a local Ray cluster of two one-CPU nodes (real raylets), for this module."""
@@ -96,7 +105,9 @@ def ray_cluster():
 
 def test_ray_two_node_cluster_equals_sequential(sequential, ray_cluster, fedhet, tmp_path):
     spec, expected, rows = sequential
-    result = fedhet("train", spec, "--ray", ray_cluster, "--format", "json", store=tmp_path / "s")
+    result = fedhet(
+        "train", spec, "--ray-address", ray_cluster, "--format", "json", store=tmp_path / "s"
+    )
     assert result.rc == 0, result.stderr
     assert without_times(json.loads(result.stdout)) == rows
     assert_same(stored(tmp_path / "s"), expected)
@@ -105,7 +116,12 @@ def test_ray_two_node_cluster_equals_sequential(sequential, ray_cluster, fedhet,
 def test_resources_the_cluster_cannot_satisfy_exit_2_in_one_line(ray_cluster, fedhet, tmp_path):
     spec = write_spec(tmp_path / "m.yaml", MATRIX)
     result = fedhet(
-        "train", spec, "runtime.resources.cpus=64", "--ray", ray_cluster, store=tmp_path / "s"
+        "train",
+        spec,
+        "runtime.resources.cpus=64",
+        "--ray-address",
+        ray_cluster,
+        store=tmp_path / "s",
     )
     assert result.rc == 2, result.stderr
     assert "runtime.resources" in result.stderr
@@ -186,7 +202,7 @@ def test_an_interrupt_keeps_where_it_stopped_across_processes():
     ("args", "message"),
     [
         (["--jobs", "0"], "--jobs 0"),
-        (["--ray", "127.0.0.1:9"], "--ray 127.0.0.1:9"),
+        (["--ray-address", "127.0.0.1:9"], "--ray-address 127.0.0.1:9"),
         (["--jobs", "2", "--store", "/proc/fedhet-store"], "not writable"),
     ],
 )

@@ -302,13 +302,14 @@ JobsOpt = Annotated[
     typer.Option("--jobs", help="N worker processes on this machine share the sweep's nodes"),
 ]
 RayOpt = Annotated[
+    bool, typer.Option("--ray", help="each node a Ray task (on a local Ray fedhet starts)")
+]
+RayAddressOpt = Annotated[
     str | None,
     typer.Option(
-        "--ray",
-        flag_value="local",
-        is_flag=False,
-        metavar="[ADDRESS]",
-        help="each node a Ray task on the cluster at ADDRESS (host:port), or on a local Ray",
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="run the Ray tasks on the existing cluster at HOST:PORT (implies --ray)",
     ),
 ]
 
@@ -328,7 +329,8 @@ def train(
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
     jobs: JobsOpt = None,
-    ray: RayOpt = None,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Run the missing stages of every run (resuming from checkpoints) and print the results.
 
@@ -343,10 +345,11 @@ def train(
         raise InputError(f"--jobs {jobs}: give at least 1 worker process")
     st = ArtifactStore(store)
     runs = runs_of(spec)
-    if jobs is None and ray is None:
+    ray_target = ray_address or ("local" if ray else None)
+    if jobs is None and ray_target is None:
         rows, failures = _train_in_order(runs, st)
     else:
-        rows, failures = _train_sweep(runs, st, jobs, ray)
+        rows, failures = _train_sweep(runs, st, jobs, ray_target)
     columns = [c for c in RESULT_COLUMNS if any(c.key in r for r in rows)]
     show(out, rows, columns, fmt, title=path.stem)
     if len(failures) == 1:
@@ -359,8 +362,12 @@ def _failed_row(run, error: FedhetError) -> dict:
     from fedhet.runs import result_row
 
     if not isinstance(error, DivergedError):
-        return {"algorithm": run.algorithm_label, "setting": run.setting_label,
-                "seed": run.spec.seed, "final_accuracy": "failed"}
+        return {
+            "algorithm": run.algorithm_label,
+            "setting": run.setting_label,
+            "seed": run.spec.seed,
+            "final_accuracy": "failed",
+        }
     failed = f"diverged {error.round_number}/{run.spec.federation.rounds}"
     return {**result_row(run, error.metrics), "final_accuracy": failed}
 

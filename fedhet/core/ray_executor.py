@@ -29,12 +29,12 @@ def check_reachable(address: str) -> None:
     """InputError unless something listens at `address` (host:port of a Ray head's GCS)."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise InputError(f"--ray {address}: give the head's HOST:PORT, e.g. 10.0.0.1:6379")
+        raise InputError(f"--ray-address {address}: give the head's HOST:PORT, e.g. 10.0.0.1:6379")
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as error:
         raise InputError(
-            f"--ray {address}: no Ray head reachable there ({error.strerror or error}); "
+            f"--ray-address {address}: no Ray head reachable there ({error.strerror or error}); "
             "start one with `ray start --head` or fix the address"
         ) from None
 
