@@ -379,3 +379,38 @@ def test_summary_rows_describe_each_client():
         assert row["dominant_class"] == client
         assert row["dominant_share"] == pytest.approx(dominant / (dominant + 18))
         assert row["angle"] == 10.0 * client
+
+
+@FAST
+@given(
+    data=st.data(),
+    labelled=label_arrays(),
+    limit=st.integers(1, 60),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_max_samples_keeps_a_random_subset_of_each_clients_share(data, labelled, limit, seed):
+    labels, num_classes = labelled
+    spec = data.draw(covering_specs(len(labels)))
+    assume(spec.scheme != "classes" or spec.classes_per_client <= num_classes)
+    assume(spec.scheme != "classes" or spec.clients * spec.classes_per_client >= num_classes)
+    full = make_partition(spec, labels, num_classes, seed)
+    capped = make_partition(
+        spec.model_copy(update={"max_samples": limit}), labels, num_classes, seed
+    )
+    for whole, kept in zip(full.client_indices, capped.client_indices, strict=True):
+        assert len(kept) == min(len(whole), limit)
+        assert len(np.unique(kept)) == len(kept)
+        assert np.isin(kept, whole).all()
+        if len(whole) <= limit:
+            np.testing.assert_array_equal(kept, whole)
+
+
+def test_max_samples_draws_from_the_whole_share_and_keeps_keys():
+    labels = np.repeat(np.arange(10), 600)
+    spec = ClassesPartition(clients=10, classes_per_client=1)
+    capped = make_partition(spec.model_copy(update={"max_samples": 60}), labels, 10, 3)
+    kept = np.concatenate(capped.client_indices)
+    assert len(kept) == 600
+    # drawn at random, not the first 60 of each class: the indices spread over each class block
+    assert (kept % 600 >= 300).mean() == pytest.approx(0.5, abs=0.1)
+    assert "max_samples" not in spec.model_dump(mode="json")

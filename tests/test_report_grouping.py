@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
 from conftest import CliRunner, markdown_tables, write_spec
 from matplotlib.image import imread
 from rich.console import Console
@@ -157,7 +158,7 @@ def test_lr_by_mu_report_averages_each_configuration_over_its_own_seeds(tmp_path
     spec = matrix_spec(LR_BY_MU)
     runs = runs_of(spec)
     best = {run.node.key: accuracy_of(run) for run in runs}
-    accuracy, *_, cost, per_run = report_tables(spec, tmp_path, best)
+    accuracy, *_, cost, _stages, per_run = report_tables(spec, tmp_path, best)
     assert accuracy[0] == ["algorithm", "lr=0.1", "lr=0.05"]
     assert [row[0] for row in accuracy[2:]] == ["fedprox, mu=0.01", "fedprox, mu=0.1"]
     for row in accuracy[2:]:
@@ -169,6 +170,34 @@ def test_lr_by_mu_report_averages_each_configuration_over_its_own_seeds(tmp_path
     assert accuracy[2][1] == "43.00 ± 0.82 (n=3)"
     assert [row[2] for row in cost[2:]] == ["3"] * 4  # the seeds column
     assert len(per_run) == 2 + 12 and len({row[-1] for row in per_run[2:]}) == 12
+
+
+def stored_seconds(store: ArtifactStore, stage: str, key: str, seconds: float) -> None:
+    """Store an empty `stage` artifact if there is none; make its compute time `seconds`."""
+    if not store.exists(stage, key):
+        with store.lock(stage, key), store.write(stage, key, {}):
+            pass
+    zarr.open_group(store.path(stage, key), mode="r+").attrs["wall_time_s"] = seconds
+
+
+def test_stage_table_gives_each_stage_its_mean_stored_seconds_over_seeds(tmp_path):
+    spec = matrix_spec(LR_BY_MU)
+    runs = runs_of(spec)
+    store = ArtifactStore(tmp_path / "store")
+    store_results(store, runs, {run.node.key: accuracy_of(run) for run in runs})
+    for run in runs:
+        partition, train = run.node.walk()
+        stored_seconds(store, "partition", partition.key, 1.0 + run.spec.seed)
+        stored_seconds(
+            store, "train", train.key, 10.0 * run.spec.seed + 100 * run.spec.federation.lr
+        )
+    md, _ = write_report(spec, runs, store, tmp_path / "out", Console(file=open("/dev/null", "w")))
+    stages = markdown_tables(md.read_text().splitlines())[-2]
+    assert stages[0] == ["algorithm", "setting", "seeds", "partition", "train", "total"]
+    by_cell = {(row[0], row[1]): row[2:] for row in stages[2:]}
+    # partition: seeds 0, 1, 2 -> 1, 2, 3 s; train: 10 * seed + 100 * lr
+    assert by_cell["fedprox, mu=0.01", "lr=0.1"] == ["3", "2.0", "20.0", "22.0"]
+    assert by_cell["fedprox, mu=0.1", "lr=0.05"] == ["3", "2.0", "15.0", "17.0"]
 
 
 def test_partitions_differing_in_clients_get_their_own_columns_and_numbers(tmp_path):

@@ -57,6 +57,13 @@ class RotationSpec(Section):
 class _PartitionBase(Section):
     clients: int = Field(10, ge=1, le=MAX_CLIENTS)
     rotation: RotationSpec | None = None
+    max_samples: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="a client dealt more samples keeps this many, drawn at random without "
+        "replacement (a reduced-data edition of a partition)",
+    )
 
 
 class IIDPartition(_PartitionBase):
@@ -144,6 +151,8 @@ def partition_label(p: BaseModel) -> str:
     }[p.scheme]
     if p.rotation is not None and p.scheme != "rotation":
         base += "+rot"
+    if p.max_samples is not None:
+        base += f", <={p.max_samples}/client"
     return base
 
 

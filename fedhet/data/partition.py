@@ -47,11 +47,20 @@ def make_partition(
         raise ValueError(f"labels must be a 1-D array of values in [0, {num_classes})")
     rng = np.random.default_rng(seed)
     shares = _SCHEMES[spec.scheme](spec, labels, num_classes, rng)
+    if spec.max_samples is not None:
+        shares = [_at_most(share, spec.max_samples, rng) for share in shares]
     client_indices = [np.sort(share).astype(np.int64) for share in shares]
     histogram = np.stack(
         [np.bincount(labels[share], minlength=num_classes) for share in client_indices]
     ).astype(np.int64)
     return Partition(client_indices, histogram, _angles(spec))
+
+
+def _at_most(share: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """`share` itself when it holds at most `count` indices, else `count` of them at random."""
+    if len(share) <= count:
+        return share
+    return rng.choice(share, size=count, replace=False)
 
 
 def empty_clients_note(sizes: Sequence[int]) -> str | None:

@@ -82,10 +82,21 @@ def collect(runs: list[Run], store: ArtifactStore, console: Console, train: bool
             diverged=diverged,
             environment=environment,
             environment_changes=provenance.changes(environment, run.spec.runtime),
+            stage_seconds=stage_seconds(run, store),
         )
         rows.append(row)
     _announce_other_environments(rows, console)
     return rows
+
+
+def stage_seconds(run: Run, store: ArtifactStore) -> dict[str, float]:
+    """Stage name -> seconds its stored artifact took to compute (the last attempt's, for a
+    resumed stage), over the run's chain of stages; a stage not stored is left out."""
+    return {
+        node.stage: float(store.info(node.stage, node.key).attrs.get("wall_time_s", math.nan))
+        for node in run.node.walk()
+        if store.exists(node.stage, node.key)
+    }
 
 
 def _announce_other_environments(rows: list[dict], console: Console) -> None:
@@ -177,6 +188,21 @@ def cost_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def stage_table(rows: list[dict]) -> str:
+    """Mean seconds per stage of each group's runs, and their sum."""
+    stages = list(dict.fromkeys(stage for r in rows for stage in r["stage_seconds"]))
+    lines = [
+        "| algorithm | setting | seeds | " + " | ".join(stages) + " | total |",
+        "|---|---|---|" + "---|" * (len(stages) + 1),
+    ]
+    for (algo, setting), group in cells(rows).items():
+        means = [_mean([r["stage_seconds"].get(s, math.nan) for r in group]) for s in stages]
+        shown = ["-" if math.isnan(m) else f"{m:.1f}" for m in means]
+        total = sum(m for m in means if not math.isnan(m))
+        lines.append(f"| {algo} | {setting} | {len(group)} | {' | '.join(shown)} | {total:.1f} |")
+    return "\n".join(lines)
+
+
 def per_seed_table(rows: list[dict]) -> str:
     lines = [
         "| algorithm | setting | seed | best | final | rounds to target | key |",
@@ -260,6 +286,9 @@ def write_report(
     sections += [
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds; "
         "a round trip is one server-client exchange.\n\n" + cost_table(rows),
+        "## Seconds per stage\n\nMean over seeds of the time each stored stage took to compute "
+        "(a resumed stage: its last attempt; a stage shared by several runs counts in each).\n\n"
+        + stage_table(rows),
         "## Per run\n\n" + per_seed_table(rows),
         f"![curves]({png.name})\n",
     ]
