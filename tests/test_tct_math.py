@@ -10,6 +10,7 @@ from torch.func import functional_call
 from fedhet.core.errors import InputError, RunError
 from fedhet.core.spec import ModelSpec
 from fedhet.methods.tct.entk import (
+    _FULL_SAMPLES,
     FeatureMoments,
     coordinate_mask,
     entk_features,
@@ -106,6 +107,43 @@ def test_uncommon_layers_and_reused_modules_match_the_loop() -> None:
     x = torch.randn(6, 2, 8, 8, generator=torch.Generator().manual_seed(3))
     batched = entk_features(model, x, coords, batch_size=4)
     assert _relative_error(batched, entk_features_loop(model, x, coords)) < 1e-5
+
+
+def test_a_chunk_larger_than_one_im2col_block_matches_the_loop() -> None:
+    model = _model("simple_cnn")  # every coordinate: the convolutions take the im2col path
+    coords = coordinate_mask(trainable_parameter_count(model), 10**6, seed=0)
+    x = _inputs("simple_cnn", 2 * _FULL_SAMPLES + 6)  # 32 + 32 + 6 samples in one chunk
+    batched = entk_features(model, x, coords, batch_size=len(x))
+    assert _relative_error(batched, entk_features_loop(model, x, coords)) < 1e-5
+
+
+class _UnusedBranch(nn.Module):
+    """A Linear whose output is thrown away and one that is never called: zero gradients."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.hidden = nn.Linear(6, 5)
+            self.ignored = nn.Linear(6, 4)
+            self.never = nn.Linear(2, 2)
+            self.head = nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.ignored(x)
+        return self.head(torch.tanh(self.hidden(x)))
+
+
+def test_modules_that_do_not_reach_the_logit_get_zero_features() -> None:
+    model = _UnusedBranch()
+    coords = coordinate_mask(trainable_parameter_count(model), 10**6, seed=0)
+    x = torch.randn(7, 6, generator=torch.Generator().manual_seed(2))
+    batched = entk_features(model, x, coords, batch_size=4)
+    torch.testing.assert_close(batched, entk_features_loop(model, x, coords))
+    start = model.hidden.weight.numel() + model.hidden.bias.numel()
+    dead = model.ignored.weight.numel() + model.ignored.bias.numel() + 6  # and `never`
+    assert batched[:, start : start + dead].eq(0).all()
+    assert batched[:, :start].ne(0).any() and batched[:, start + dead :].ne(0).any()
 
 
 def test_features_are_the_first_logit_gradient_in_parameter_order() -> None:
