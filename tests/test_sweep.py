@@ -18,6 +18,7 @@ import pytest
 import zarr
 from conftest import REPO, TINY_SPEC, cli_env, write_spec
 
+from fedhet.cli.app import ray_address_form
 from fedhet.cli.sweep_view import Rounds, SweepView
 from fedhet.core import lockfile
 from fedhet.core.errors import Interrupted
@@ -203,6 +204,7 @@ def test_an_interrupt_keeps_where_it_stopped_across_processes():
     [
         (["--jobs", "0"], "--jobs 0"),
         (["--ray-address", "127.0.0.1:9"], "--ray-address 127.0.0.1:9"),
+        (["--ray", "127.0.0.1:9"], "--ray-address 127.0.0.1:9"),  # the address after --ray
         (["--jobs", "2", "--store", "/proc/fedhet-store"], "not writable"),
     ],
 )
@@ -249,3 +251,27 @@ def test_a_silent_remote_owners_lock_goes_stale(tmp_path, monkeypatch):
         assert lease.took_over == remote
         time.sleep(0.6)  # our own heartbeat keeps it live
         assert lockfile.holder(path) == lease.owner
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["train", "s.yaml", "--ray"], ["train", "s.yaml", "--ray"]),
+        (
+            ["train", "s.yaml", "--ray", "head:6379"],
+            ["train", "s.yaml", "--ray-address", "head:6379"],
+        ),
+        (
+            ["train", "--ray", "ray://10.0.0.1:10001", "s.yaml"],
+            ["train", "--ray-address", "ray://10.0.0.1:10001", "s.yaml"],
+        ),
+        (["train", "s.yaml", "--ray", "auto"], ["train", "s.yaml", "--ray-address", "auto"]),
+        (["train", "--ray", "s.yaml", "seed=1"], ["train", "--ray", "s.yaml", "seed=1"]),
+        (
+            ["train", "s.yaml", "--ray", "runtime.resources.cpus=2"],
+            ["train", "s.yaml", "--ray", "runtime.resources.cpus=2"],
+        ),
+    ],
+)
+def test_an_address_after_ray_is_the_ray_address(args, expected):
+    assert ray_address_form(args) == expected

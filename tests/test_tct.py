@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import re
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 import zarr
 
 from fedhet.cli import main
-from fedhet.core.errors import InputError
+from fedhet.core.errors import InputError, RunError
 from fedhet.core.pipeline import STAGES, StageNode
 from fedhet.core.spec import Spec, parse_spec
 from fedhet.core.store import ArtifactStore
@@ -22,8 +23,9 @@ from fedhet.engine import tensors
 from fedhet.engine.loop import METRICS
 from fedhet.engine.setup import build_setup
 from fedhet.methods.tct import entk_stage
+from fedhet.methods.tct.config import EntkSpec
 from fedhet.methods.tct.entk import entk_features_loop
-from fedhet.methods.tct.entk_stage import convexified_model
+from fedhet.methods.tct.entk_stage import FeatureWriter, convexified_model
 from fedhet.methods.tct.regress_stage import load_splits
 from fedhet.methods.tct.regression import solve
 from fedhet.runs import execute, plan, runs_of
@@ -323,3 +325,20 @@ def test_artifacts_show_lists_the_normalization_statistics(
     assert code == 0
     for expected in ("normalization", "std_median", "mean", "std", "train/features", "float32"):
         assert expected in output
+
+
+@pytest.mark.parametrize(
+    ("value", "fails"), [(65504.0, False), (65519.0, False), (65520.0, True), (math.nan, True)]
+)
+def test_feature_writer_refuses_values_the_storage_dtype_cannot_hold(value, fails) -> None:
+    """fp16's largest value is 65504; 65519 still rounds to it, 65520 rounds to inf."""
+    config = EntkSpec(subsample=4, dtype="fp16")
+    writer = FeatureWriter(zarr.group(), "f", 3, config, p=4, moments=True)
+    block = torch.ones(3, 4)
+    block[1, 2] = value
+    if fails:
+        with pytest.raises(RunError, match=r"rows 0\.\.3 are not finite in torch.float16"):
+            writer.write(block)
+    else:
+        writer.write(block)
+        assert writer.moments.count == 3 and writer.array[1, 2] == 65504

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -841,7 +842,7 @@ def main() -> None:
     signals.install()
     _warnings_to_stderr()
     try:
-        code = app(standalone_mode=False)
+        code = app(args=ray_address_form(sys.argv[1:]), standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except FedhetError as exc:
         _say(f"error: {exc}")
@@ -859,6 +860,20 @@ def main() -> None:
     except Exception as exc:  # a bug or an environment failure: one line, traceback in a file
         _say(crash.report(exc, debug=_debug_requested()))
         sys.exit(1)
+
+
+_RAY_ADDRESS = re.compile(r"^(ray://)?[\w.-]+:\d+$|^auto$")
+
+
+def ray_address_form(args: list[str]) -> list[str]:
+    """`--ray HOST:PORT` (or `--ray auto`) as `--ray-address HOST:PORT`: a typer option cannot
+    take an optional value, so `--ray` alone is a flag and an address after it is its value."""
+    return [
+        "--ray-address"
+        if arg == "--ray" and i + 1 < len(args) and _RAY_ADDRESS.match(args[i + 1])
+        else arg
+        for i, arg in enumerate(args)
+    ]
 
 
 def _warnings_to_stderr() -> None:

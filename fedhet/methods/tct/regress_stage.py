@@ -63,7 +63,7 @@ class Split:
 
 def standardized(array: zarr.Array, start: int, stop: int, mean: Tensor, std: Tensor) -> Tensor:
     rows = torch.from_numpy(np.asarray(array[start:stop])).to(torch.float32)
-    return (rows - mean) / std
+    return rows.sub_(mean).div_(std)  # in place: no second [rows, p] buffer
 
 
 def load_splits(entk: zarr.Group) -> tuple[list[Split], Split]:
