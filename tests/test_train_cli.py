@@ -242,8 +242,9 @@ def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatc
     code, _, _ = fedhet(monkeypatch, capsys, *args, "--train")
     assert code == 0
     lines = (out_dir / "grid.md").read_text().splitlines()
-    accuracy, rounds, speedup, cost, _ = markdown_tables(lines)
+    accuracy, rounds, speedup, cost, stages, _ = markdown_tables(lines)
     assert accuracy[0] == rounds[0] == speedup[0] == ["algorithm", "iid", "#C=4"]
+    assert stages[0] == ["algorithm", "setting", "seeds", "partition", "train", "total"]
     best_cells = {row[0]: row[1:] for row in accuracy[2:]}
     round_cells = {row[0]: row[1:] for row in rounds[2:]}
     speedup_cells = {row[0]: row[1:] for row in speedup[2:]}
@@ -314,10 +315,12 @@ def test_report_keeps_a_diverged_run_as_a_marked_result(tmp_path, monkeypatch, c
     per_run = markdown_tables(text.splitlines())[-1]
     (diverged,) = [row for row in per_run[2:] if row[4].startswith("diverged in round ")]
     assert diverged[1] == "lr=1000.0"
-    # a diverged run is not stored: without --train the report names it instead of training
+    # a divergence is a result: without --train the report reads it from the run's checkpoint
+    # area (the divergence recorded there) and writes the same report, training nothing
+    (out_dir / "unstable.md").unlink()
     code_stored, _, err = fedhet(monkeypatch, capsys, *args)
-    assert code_stored == 2 and "1 of 2 runs are not stored (fedavg, lr=1000.0, seed 0" in err
-    assert "checkpoint kept" in err
+    assert code_stored == 0 and "computing" not in err and "resuming" not in err
+    assert (out_dir / "unstable.md").read_text() == text
     code_again, _, _ = fedhet(monkeypatch, capsys, *args, "--train")  # the same result again
     assert code_again == 0 and (out_dir / "unstable.md").read_text() == text
 

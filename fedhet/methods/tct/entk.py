@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import torch
@@ -184,11 +185,12 @@ class _Factors:
     """A Linear/Conv2d call's per-sample weight gradient in factored form.
 
     grad[b, o * R + r] = sum_l delta[o, l, b] * rows(r)[l, b]: the output gradient times the
-    input values that weight (o, r) multiplied, summed over positions l. The batch is the
-    last, contiguous dimension, so gathering a row copies one contiguous block.
+    input values that weight (o, r) multiplied, summed over positions l. The gather works
+    batch-last (gathering a row copies one contiguous block), on the output channels and input
+    rows that the selected pairs use only.
     """
 
-    delta: Tensor  # [O, L, B], contiguous
+    grad_out: Tensor  # [B, O, L], batch-first
     rows: Callable[[Tensor], Tensor]  # input-row indices [k] -> [k, L, B]
     row_count: int  # R
     # the whole per-sample gradient [b, R * O] of the samples in a slice of the batch
@@ -196,7 +198,7 @@ class _Factors:
 
     def weight(self, flat_index: Tensor, out: Tensor) -> None:
         """Write the [B, k] gradients of k flat weight indices into `out`."""
-        outputs, positions, batch = self.delta.shape
+        batch, outputs, positions = self.grad_out.shape
         pairs = flat_index.numel()
         full_cost = _IM2COL_COST * self.row_count + outputs * self.row_count
         out_idx, in_idx = flat_index // self.row_count, flat_index % self.row_count
@@ -207,15 +209,25 @@ class _Factors:
                 part = slice(s, s + _FULL_SAMPLES)
                 torch.index_select(self.full(part), 1, columns, out=out[part])
             return
-        step = max(1, _GATHER_BUDGET // self.delta[0].numel())
+        delta, out_idx = self._batch_last(out_idx)
+        step = max(1, _GATHER_BUDGET // (positions * batch))
         for s in range(0, pairs, step):
-            product = self.delta.index_select(0, out_idx[s : s + step])
+            product = delta.index_select(0, out_idx[s : s + step])
             product *= self.rows(in_idx[s : s + step])
             block = product.squeeze(1) if positions == 1 else product.sum(dim=1)
             out[:, s : s + step] = block.T
 
     def bias(self, index: Tensor, out: Tensor) -> None:
-        out.copy_(torch.index_select(self.delta.sum(dim=1), 0, index).T)
+        delta, index = self._batch_last(index)
+        out.copy_(torch.index_select(delta.sum(dim=1), 0, index).T)
+
+    def _batch_last(self, out_idx: Tensor) -> tuple[Tensor, Tensor]:
+        """The output gradient of the channels in `out_idx` as [O', L, B], and `out_idx`
+        renumbered into it."""
+        needed, renumbered = torch.unique(out_idx, return_inverse=True)
+        if needed.numel() == self.grad_out.shape[1]:
+            return _batch_last(self.grad_out), out_idx
+        return _batch_last(self.grad_out.index_select(1, needed)), renumbered
 
 
 def _batch_last(values: Tensor) -> Tensor:
@@ -228,14 +240,13 @@ def _linear_factors(linear: nn.Linear, x: Tensor, delta: Tensor) -> _LinearFacto
         return _LinearFactors(x.contiguous(), delta.contiguous())
     batch = x.shape[0]
     act = _batch_last(x.reshape(batch, -1, linear.in_features).transpose(1, 2))
-    delta_rows = _batch_last(delta.reshape(batch, -1, linear.out_features).transpose(1, 2))
-    return _Factors(delta_rows, lambda r: act.index_select(0, r), linear.in_features)
+    grad_out = delta.reshape(batch, -1, linear.out_features).transpose(1, 2)
+    return _Factors(grad_out, lambda r: act.index_select(0, r), linear.in_features)
 
 
 def _conv_factors(conv: nn.Conv2d, x: Tensor, delta: Tensor) -> _Factors:
     """Rows gathered straight from the padded input: no im2col of the unselected rows."""
     pad_h, pad_w = conv.padding
-    padded = _batch_last(F.pad(x, (pad_w, pad_w, pad_h, pad_h)).flatten(1))  # [C * H * W, B]
     height, width = x.shape[2] + 2 * pad_h, x.shape[3] + 2 * pad_w
     (kh, kw), (dh, dw), (sh, sw) = conv.kernel_size, conv.dilation, conv.stride
     out_h, out_w = delta.shape[2], delta.shape[3]
@@ -246,18 +257,22 @@ def _conv_factors(conv: nn.Conv2d, x: Tensor, delta: Tensor) -> _Factors:
         + torch.arange(out_w, device=device) * sw
     ).flatten()
 
+    @cache
+    def padded() -> Tensor:  # [C * H * W, B], built when a gather first needs it
+        return _batch_last(F.pad(x, (pad_w, pad_w, pad_h, pad_h)).flatten(1))
+
     def rows(r: Tensor) -> Tensor:
         channel, within = r // (kh * kw), r % (kh * kw)
         start = channel * (height * width) + (within // kw) * (dh * width) + (within % kw) * dw
         index = (start[:, None] + positions[None, :]).flatten()
-        return padded.index_select(0, index).view(r.numel(), positions.numel(), x.shape[0])
+        return padded().index_select(0, index).view(r.numel(), positions.numel(), x.shape[0])
 
     def full(part: slice) -> Tensor:
         columns = F.unfold(x[part], conv.kernel_size, conv.dilation, conv.padding, conv.stride)
         gradients = delta[part].flatten(2).transpose(1, 2).contiguous()
         return torch.bmm(columns, gradients).flatten(1)
 
-    return _Factors(_batch_last(delta.flatten(2)), rows, conv.in_channels * kh * kw, full)
+    return _Factors(delta.flatten(2), rows, conv.in_channels * kh * kw, full)
 
 
 def _factors(
