@@ -7,10 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import zarr
 
-from fedhet.core import registry
+from fedhet.core import divergence, registry
 from fedhet.core.errors import DivergedError, InputError
 from fedhet.core.pipeline import RunContext, StageNode, ensure
 from fedhet.core.spec import Spec, expand, partition_label
@@ -19,7 +18,6 @@ from fedhet.engine import (
     tensorboard,
     train_stage,  # noqa: F401  (registers the train and partition stages)
 )
-from fedhet.engine.loop import Checkpoints
 from fedhet.metrics.summary import summarize
 
 
@@ -180,21 +178,20 @@ def execute(run: Run, store: ArtifactStore) -> zarr.Group:
 
 def result(run: Run, store: ArtifactStore, train: bool) -> zarr.Group:
     """The run's final artifact, computed (with whatever it needs) only when `train`. Raises
-    the run's DivergedError when it diverged: without `train`, the one recorded in its
-    checkpoint area, so that a divergence is a result readers report without training."""
+    the run's DivergedError when it diverged: without `train`, the one recorded in its stage's
+    partial folder (fedhet.core.divergence), so that readers report it without training."""
     if train:
         return execute(run, store)
     if not store.exists(run.node.stage, run.node.key):
-        divergence = stored_divergence(run, store)
-        if divergence is not None:
-            raise divergence
+        diverged = stored_divergence(run, store)
+        if diverged is not None:
+            raise diverged
     return store.open(run.node.stage, run.node.key)
 
 
 def stored_divergence(run: Run, store: ArtifactStore) -> DivergedError | None:
     """The divergence recorded when the run's stage last ran, else None."""
-    folder = store.partial_dir(run.node.stage, run.node.key)
-    return Checkpoints(folder, torch.device("cpu")).divergence() if folder.exists() else None
+    return divergence.recorded(store.partial_dir(run.node.stage, run.node.key))
 
 
 def require_stored(runs: list[Run], store: ArtifactStore, spec_path: str, shown: int = 5) -> None:

@@ -311,8 +311,17 @@ def test_diverging_stage2_lr_exits_1_naming_the_round(
 ) -> None:
     path = write_spec(tmp_path / "diverge.yaml", **{"algorithm.stage2.lr": 1e3})
     code, output = run_cli(monkeypatch, capsys, "train", str(path), "--store", str(store.root))
-    assert code == 1 and re.search(r"diverged at round \d+:", output)
+    found = re.search(r"diverged at round (\d+):", output)
+    assert code == 1 and found
+    whole_run_round = T1 + int(found[1])  # stage 2's round, counted in the whole run
+    assert f"diverged {whole_run_round}/{T1 + T2}" in output
     assert "Traceback" not in output
+    # a divergence is a result: the report reads it from the regress stage without training
+    report = ["report", str(path), "--store", str(store.root), "--out", str(tmp_path / "r")]
+    code, output = run_cli(monkeypatch, capsys, *report)
+    assert code == 0, output
+    text = (tmp_path / "r" / "tct-test.md").read_text()
+    assert "† 1/1" in text and f"diverged in round {whole_run_round}" in text
 
 
 def test_artifacts_show_lists_the_normalization_statistics(

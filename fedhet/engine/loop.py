@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 import zarr
 from torch import nn
 
-from fedhet.core import interrupts
+from fedhet.core import divergence, interrupts
 from fedhet.core.errors import DivergedError, Interrupted
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.engine import tensors
@@ -94,9 +93,6 @@ class RunState:
         )
 
 
-DIVERGED_MARKER = "diverged.json"
-
-
 class Checkpoints:
     """Run states saved as Zarr groups in the stage's partial area; the newest complete one wins."""
 
@@ -122,22 +118,6 @@ class Checkpoints:
         """Save `state` unless it is already saved."""
         if not self.path(state.round).exists():
             self.save(state)
-
-    def mark_diverged(self, round_number: int, message: str) -> None:
-        """Record that the run diverged in `round_number`: a result that readers can report
-        without training again (the newest checkpoint holds the rounds before it)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        marker = {"round": round_number, "message": message}
-        (self.folder / DIVERGED_MARKER).write_text(json.dumps(marker))
-
-    def divergence(self) -> DivergedError | None:
-        """The recorded divergence with the metrics of the rounds before it, else None."""
-        marker = self.folder / DIVERGED_MARKER
-        state = self.latest() if marker.exists() else None
-        if state is None:
-            return None
-        recorded = json.loads(marker.read_text())
-        return DivergedError(recorded["message"], recorded["round"], state.metrics)
 
     def _newest(self) -> Path | None:
         found = sorted(self.folder.glob("ckpt-*.zarr"))
@@ -315,8 +295,9 @@ class Engine:
             f"round {rnd + 1}: {what}; metrics so far kept in {self.checkpoints.folder} "
             "(lower federation.lr)"
         )
-        self.checkpoints.mark_diverged(rnd + 1, message)
-        raise DivergedError(message, rnd + 1, state.metrics)
+        error = DivergedError(message, rnd + 1, state.metrics)
+        divergence.record(self.checkpoints.folder, error)
+        raise error
 
     def record(
         self,

@@ -33,7 +33,8 @@ import torch
 import zarr
 from torch import Tensor
 
-from fedhet.core import registry
+from fedhet.core import divergence, registry
+from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.engine import tensorboard
 from fedhet.engine.loop import METRICS, write_metrics
@@ -141,6 +142,17 @@ class History:
             self.best_accuracy, self.best = test_accuracy, (weight.clone(), bias.clone())
 
 
+def _diverged(
+    error: DivergedError, stage1: dict[str, list[float]], history: History, partial: Path
+) -> DivergedError:
+    """Stage 2's divergence as a result of the whole run: its round counted after stage 1's and
+    the metrics of every round before it, recorded in the stage's partial folder."""
+    metrics = {name: stage1[name] + history.metrics[name] for name in METRIC_NAMES}
+    whole = DivergedError(str(error), len(stage1["wall_time"]) + error.round_number, metrics)
+    divergence.record(partial, whole)
+    return whole
+
+
 @stage("regress")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
     started = time.perf_counter()
@@ -165,16 +177,19 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
             accuracy = history.metrics["test_accuracy"][-1]
             progress.update(task, completed=round_number, note=f"acc {accuracy:.4f}")
 
-        result = solve(
-            [(c.features, c.targets) for c in clients],
-            config.algorithm,
-            config.rounds,
-            config.local_steps,
-            config.lr,
-            on_round=record,
-            solver=config.solver,
-        )
-    stage1 = stage1_rows(bootstrap["metrics"])
+        stage1 = stage1_rows(bootstrap["metrics"])
+        try:
+            result = solve(
+                [(c.features, c.targets) for c in clients],
+                config.algorithm,
+                config.rounds,
+                config.local_steps,
+                config.lr,
+                on_round=record,
+                solver=config.solver,
+            )
+        except DivergedError as error:
+            raise _diverged(error, stage1, history, partial) from None
     metrics = {name: stage1[name] + history.metrics[name] for name in METRIC_NAMES}
     write_metrics(out, metrics)
     out.create_array("linear/weight", data=result.weight.numpy())

@@ -39,7 +39,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from fedhet.core.errors import InputError, RunError
+from fedhet.core.errors import DivergedError, InputError
 from fedhet.methods.tct.closed_form import ExactSteps
 from fedhet.methods.tct.least_squares import LeastSquares
 
@@ -182,8 +182,8 @@ def solve(
     client (fedhet.methods.tct.closed_form); "explicit" takes them one by one, with the
     gradient from the features or the Gram statistics as `step_form` says ("auto": the cheaper
     over the run). Without `bias` the model is W alone (b stays 0). `on_round(t, W, b)` is
-    called after each round t = 1..rounds with the server model. Raises RunError naming the
-    round whose loss is not finite.
+    called after each round t = 1..rounds with the server model. Raises DivergedError naming
+    the round whose loss is not finite (its metrics are the caller's to fill).
     """
     _check_schedule(algorithm, rounds, local_steps, lr)
     clients, dtype = _validated_clients(clients)
@@ -230,9 +230,11 @@ def solve(
             for share, problem, fit in zip(problem_shares, problems, fits, strict=True)
         )
         if not math.isfinite(loss):
-            raise RunError(
+            raise DivergedError(
                 f"stage-2 {algorithm} diverged at round {round_number}: training loss is {loss}; "
-                f"lower the stage-2 lr (now {lr})"
+                f"lower the stage-2 lr (now {lr})",
+                round_number,
+                {},
             )
         losses.append(loss)
         if on_round is not None:
