@@ -34,11 +34,24 @@ def stderr_lines(result: CliResult) -> list[str]:
     return result.stderr.strip("\n").splitlines()
 
 
-def test_no_arguments_prints_help_on_stdout():
-    result = installed()
+@pytest.mark.parametrize("group", [[], ["spec"], ["artifacts"]])
+def test_no_arguments_prints_help_once_on_stdout(group):
+    result = installed(*group)
     assert result.rc == 0, result.stderr
-    assert "Usage: fedhet" in result.stdout and "train" in result.stdout
+    assert result.stdout.count("Usage: fedhet") == 1 and "Commands" in result.stdout
     assert result.stderr == ""
+
+
+def test_help_paragraphs_rewrap_to_the_terminal_width():
+    """A docstring's source line breaks are not kept: at 80 columns every line of the train
+    help's description is broken only where the next word would not fit."""
+    result = installed("train", "--help", env={**cli_env(), "COLUMNS": "80"})
+    description = result.stdout.split("Usage:")[1].split("Arguments")[0].splitlines()[1:]
+    lines = [line.strip() for line in description]
+    assert sum(map(len, lines)) > 200  # the two paragraphs are there
+    for line, following in zip(lines, lines[1:], strict=False):
+        if line and following:  # inside a paragraph
+            assert len(line) + 1 + len(following.split()[0]) > 78, (line, following)
 
 
 def test_version():

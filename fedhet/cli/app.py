@@ -22,14 +22,25 @@ from fedhet.core.errors import DivergedError, FedhetError, InputError, Interrupt
 from fedhet.core.spec import Spec, expand, load_spec
 from fedhet.core.store import ArtifactStore
 
+# Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
+# terminal's width (the rich mode keeps every source line break of a docstring)
+HELP_MARKUP = "markdown"
+
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=HELP_MARKUP,
     pretty_exceptions_enable=False,
     help="Federated learning under data heterogeneity, from declarative specs.",
 )
-spec_app = typer.Typer(no_args_is_help=True, help="Validate, inspect and hash specs.")
-artifacts_app = typer.Typer(no_args_is_help=True, help="Inspect and maintain the artifact store.")
+spec_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=HELP_MARKUP, help="Validate, inspect and hash specs."
+)
+artifacts_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=HELP_MARKUP,
+    help="Inspect and maintain the artifact store.",
+)
 
 
 def _print_version(value: bool) -> None:
@@ -826,9 +837,8 @@ def _say(message: str) -> None:
 def _usage_error(exc: typer.TyperException) -> int:
     """The command line itself is wrong (unknown command or option, missing argument)."""
     ctx = getattr(exc, "ctx", None)
-    if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `fedhet` or `fedhet spec`: help
-        print(ctx.get_help())
-        return 0
+    if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `fedhet` or `fedhet spec`: typer
+        return 0  # has printed the help already
     command = ctx.command_path if ctx is not None else "fedhet"
     message = " ".join(exc.format_message().split())
     _say(f"error: {command}: {message} (see `{command} --help`)")
