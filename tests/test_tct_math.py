@@ -9,6 +9,7 @@ from torch.func import functional_call
 
 from fedhet.core.errors import InputError, RunError
 from fedhet.core.spec import ModelSpec
+from fedhet.methods.tct import entk
 from fedhet.methods.tct.entk import (
     _FULL_SAMPLES,
     FeatureMoments,
@@ -68,7 +69,7 @@ def _relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-@pytest.mark.parametrize("kept", [20, 3, 1])  # 1/20: convs gather pairs; 1/3, all: im2col
+@pytest.mark.parametrize("kept", [50, 3, 1])  # 1/50: convs gather pairs; 1/3, all: whole
 def test_batched_features_equal_per_sample_loop(name: str, kept: int) -> None:
     model = _model(name)
     total = trainable_parameter_count(model)
@@ -82,7 +83,8 @@ def test_batched_features_equal_per_sample_loop(name: str, kept: int) -> None:
 
 
 class _UncommonLayers(nn.Module):
-    """Grouped, 'same'-padded, strided and dilated convs, a Linear on 3-D input, a reused Linear."""
+    """Grouped, 'same'-padded, strided and dilated convs (one with a non-square kernel, stride,
+    dilation and padding), a Linear on 3-D input, a reused Linear."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -90,18 +92,25 @@ class _UncommonLayers(nn.Module):
             torch.manual_seed(0)
             self.grouped = nn.Conv2d(2, 4, 3, groups=2, padding="same")
             self.dilated = nn.Conv2d(4, 4, 3, stride=2, padding=2, dilation=2, bias=False)
-            self.per_row = nn.Linear(16, 3)
+            self.uneven = nn.Conv2d(4, 4, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2))
+            self.per_row = nn.Linear(4, 3)
             self.shared = nn.Linear(12, 12)
             self.head = nn.Linear(12, 5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = torch.relu(self.dilated(torch.relu(self.grouped(x))))  # [B, 4, 4, 4]
-        rows = torch.tanh(self.per_row(hidden.flatten(2)))  # a Linear on [B, 4, 16]
+        hidden = torch.relu(self.uneven(hidden))  # [B, 4, 2, 2]
+        rows = torch.tanh(self.per_row(hidden.flatten(2)))  # a Linear on [B, 4, 4]
         flat = rows.flatten(1)
         return self.head(torch.tanh(self.shared(torch.tanh(self.shared(flat)))))
 
 
-def test_uncommon_layers_and_reused_modules_match_the_loop() -> None:
+@pytest.mark.parametrize("conv_path", ["gather", "whole"])
+def test_uncommon_layers_and_reused_modules_match_the_loop(
+    conv_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a convolution gathers the selected pairs or takes its whole per-sample gradient, by cost
+    monkeypatch.setattr(entk, "_GATHER_COST", 0 if conv_path == "gather" else 10**9)
     model = _UncommonLayers()
     coords = coordinate_mask(trainable_parameter_count(model), 10_000, seed=0)
     x = torch.randn(6, 2, 8, 8, generator=torch.Generator().manual_seed(3))
@@ -109,8 +118,20 @@ def test_uncommon_layers_and_reused_modules_match_the_loop() -> None:
     assert _relative_error(batched, entk_features_loop(model, x, coords)) < 1e-5
 
 
-def test_a_chunk_larger_than_one_im2col_block_matches_the_loop() -> None:
-    model = _model("simple_cnn")  # every coordinate: the convolutions take the im2col path
+@pytest.mark.parametrize("conv_path", ["gather", "whole"])
+def test_both_convolution_paths_match_the_loop_on_a_strided_resnet(
+    conv_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(entk, "_GATHER_COST", 0 if conv_path == "gather" else 10**9)
+    model = _model("resnet20_bn")
+    coords = coordinate_mask(trainable_parameter_count(model), 400, seed=4)
+    x = _inputs("resnet20_bn", 7)
+    batched = entk_features(model, x, coords, batch_size=3)
+    assert _relative_error(batched, entk_features_loop(model, x, coords)) < 1e-5
+
+
+def test_a_chunk_larger_than_one_whole_gradient_block_matches_the_loop() -> None:
+    model = _model("simple_cnn")  # every coordinate: the convolutions take the whole path
     coords = coordinate_mask(trainable_parameter_count(model), 10**6, seed=0)
     x = _inputs("simple_cnn", 2 * _FULL_SAMPLES + 6)  # 32 + 32 + 6 samples in one chunk
     batched = entk_features(model, x, coords, batch_size=len(x))

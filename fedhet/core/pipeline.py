@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import zarr
 from rich.console import Console
 
-from fedhet.core import provenance, registry
+from fedhet.core import allocator, provenance, registry
 from fedhet.core.errors import Interrupted
 from fedhet.core.keys import stage_key
 from fedhet.core.spec import Spec
@@ -175,6 +175,7 @@ def _compute_locked(node: StageNode, ctx: RunContext) -> None:
     label = f" ({ctx.labels[key]})" if ctx.labels.get(key) else ""
     ctx.console.print(_announce(node, partial) + label, markup=False, soft_wrap=True)
     provenance.use_threads(ctx.spec.runtime.threads)
+    allocator.keep_freed_memory()
     attrs = {
         "config": node.config,
         "version": node.version,

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import zarr
 
-from fedhet.core import provenance, registry
+from fedhet.core import allocator, provenance, registry
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext
 from fedhet.core.store import ArtifactStore
@@ -44,6 +44,7 @@ def evaluate_run(
     the same fields come back for every method.
     """
     provenance.use_threads(run.spec.runtime.threads)
+    allocator.keep_freed_memory()
     ctx = RunContext(run.spec, store or ArtifactStore())
     scores = registry.algorithm(run.spec.algorithm.name).score_artifact(ctx, run.node, group, model)
     variance = None

@@ -11,8 +11,8 @@ makes the batched computation exact: one forward and one backward pass of sum_b 
 give, at every module, the sample's input a_b and output gradient delta_b, and a module's
 per-sample parameter gradient depends only on (a_b, delta_b). Linear and Conv2d layers then
 produce just the selected coordinates (sum over positions of delta[o] * a[r]), gathered pair
-by pair, except where so many of a convolution's weights are kept that one batched matrix
-product of the full per-sample gradient (im2col) is cheaper than the gather; any other module
+by pair, except where so many of a convolution's weights are kept that its whole per-sample
+gradient (one convolution grouped by sample) is cheaper than the gather; any other module
 with parameters (norm layers, custom modules) gets torch.func's vmap(grad) of its own
 functional_call. Features are written straight into the chunk's [B, p] block.
 """
@@ -34,13 +34,14 @@ from torch.func import functional_call, grad, vmap
 
 from fedhet.core.errors import InputError, RunError
 
-# Elements in one temporary product block of the Linear/Conv2d coordinate gather.
-_GATHER_BUDGET = 1 << 22
-# Measured on one CPU thread (float32): a gathered multiply-add costs about as much as 200
-# multiply-adds of a batched matrix product, and an im2col element as 90 of them.
-_GATHER_COST, _IM2COL_COST = 200, 90
-# Samples per im2col block of a convolution's full per-sample gradient: small enough that the
-# block is still in cache when the matrix product reads it (about 2x faster than the whole chunk).
+# Elements in one temporary product block of the Linear/Conv2d coordinate gather: 1 MiB of
+# float32, so the block is still in the L2 cache when it is multiplied and summed (a 16 MiB
+# block made the simple_cnn gather 1.5-3x slower).
+_GATHER_BUDGET = 1 << 18
+# Measured on one CPU thread (float32): a gathered multiply-add costs about as much as 25
+# multiply-adds of the grouped convolution that gives a convolution's whole per-sample gradient.
+_GATHER_COST = 25
+# Samples per block of a convolution's whole per-sample gradient, which bounds its memory.
 _FULL_SAMPLES = 32
 
 
@@ -193,21 +194,20 @@ class _Factors:
     grad_out: Tensor  # [B, O, L], batch-first
     rows: Callable[[Tensor], Tensor]  # input-row indices [k] -> [k, L, B]
     row_count: int  # R
-    # the whole per-sample gradient [b, R * O] of the samples in a slice of the batch
-    full: Callable[[slice], Tensor] | None = None
+    # (samples, flat weight indices [k]) -> their [b, k] gradients, from the samples' whole
+    # per-sample gradients: cheaper than the gather when many pairs are selected
+    full: Callable[[slice, Tensor], Tensor] | None = None
 
     def weight(self, flat_index: Tensor, out: Tensor) -> None:
         """Write the [B, k] gradients of k flat weight indices into `out`."""
         batch, outputs, positions = self.grad_out.shape
         pairs = flat_index.numel()
-        full_cost = _IM2COL_COST * self.row_count + outputs * self.row_count
+        full_cost = outputs * self.row_count
         out_idx, in_idx = flat_index // self.row_count, flat_index % self.row_count
         if self.full is not None and _GATHER_COST * pairs > full_cost:
-            columns = in_idx * outputs + out_idx
-            # a few samples at a time, so that their im2col columns are still in cache
+            # a few samples at a time, so that their whole gradients are still in cache
             for s in range(0, batch, _FULL_SAMPLES):
-                part = slice(s, s + _FULL_SAMPLES)
-                torch.index_select(self.full(part), 1, columns, out=out[part])
+                out[s : s + _FULL_SAMPLES] = self.full(slice(s, s + _FULL_SAMPLES), flat_index)
             return
         delta, out_idx = self._batch_last(out_idx)
         step = max(1, _GATHER_BUDGET // (positions * batch))
@@ -259,7 +259,9 @@ def _conv_factors(conv: nn.Conv2d, x: Tensor, delta: Tensor) -> _Factors:
 
     @cache
     def padded() -> Tensor:  # [C * H * W, B], built when a gather first needs it
-        return _batch_last(F.pad(x, (pad_w, pad_w, pad_h, pad_h)).flatten(1))
+        values = x.new_zeros(x.shape[1], height, width, x.shape[0])
+        values[:, pad_h : height - pad_h, pad_w : width - pad_w] = x.permute(1, 2, 3, 0)
+        return values.view(-1, x.shape[0])
 
     def rows(r: Tensor) -> Tensor:
         channel, within = r // (kh * kw), r % (kh * kw)
@@ -267,10 +269,21 @@ def _conv_factors(conv: nn.Conv2d, x: Tensor, delta: Tensor) -> _Factors:
         index = (start[:, None] + positions[None, :]).flatten()
         return padded().index_select(0, index).view(r.numel(), positions.numel(), x.shape[0])
 
-    def full(part: slice) -> Tensor:
-        columns = F.unfold(x[part], conv.kernel_size, conv.dilation, conv.padding, conv.stride)
-        gradients = delta[part].flatten(2).transpose(1, 2).contiguous()
-        return torch.bmm(columns, gradients).flatten(1)
+    def full(part: slice, flat_index: Tensor) -> Tensor:
+        """[b, k]: the samples' whole weight gradients, each sample's padded input correlated
+        with its output gradient in one convolution grouped by sample (the conv's dilation
+        becomes the stride and its stride the dilation), then the k flat indices taken."""
+        inputs = F.pad(x[part], (pad_w, pad_w, pad_h, pad_h)).transpose(0, 1)  # [C, b, H, W]
+        samples, outputs = inputs.shape[1], delta.shape[1]
+        kernels = delta[part].reshape(samples * outputs, 1, out_h, out_w)
+        whole = F.conv2d(inputs, kernels, stride=(dh, dw), dilation=(sh, sw), groups=samples)
+        whole = whole[:, :, :kh, :kw].contiguous()  # [C, b * O, kh, kw]
+        taps = kh * kw
+        out_idx, within = flat_index // (x.shape[1] * taps), flat_index % (x.shape[1] * taps)
+        channel, tap = within // taps, within % taps
+        per_sample = channel * (samples * outputs * taps) + out_idx * taps + tap
+        sample = torch.arange(samples, device=device)[:, None] * (outputs * taps)
+        return whole.take(sample + per_sample)
 
     return _Factors(delta.flatten(2), rows, conv.in_channels * kh * kw, full)
 
@@ -370,15 +383,15 @@ def _record_calls(
 
 
 def _features_of_chunk(
-    model: nn.Module, plan: dict[nn.Module, list[_Selection]], x: Tensor, p: int
-) -> Tensor:
+    model: nn.Module, plan: dict[nn.Module, list[_Selection]], x: Tensor, features: Tensor
+) -> None:
+    """Write the chunk's [B, p] features into `features`; every column is written, so the
+    block needs no zero-fill."""
     with torch.enable_grad():
         logits, calls = _record_calls(model, list(plan), x)
         deltas = torch.autograd.grad(
             logits[:, 0].sum(), [call.output for call in calls], allow_unused=True
         )
-    # every column is written below, so no zero-fill of the whole [B, p] block
-    features = torch.empty(x.shape[0], p, dtype=logits.dtype, device=logits.device)
     written: set[nn.Module] = set()  # a module called again adds to its first call's columns
     for call, delta in zip(calls, deltas, strict=True):
         if delta is not None:  # None: this call does not reach logit 0
@@ -387,7 +400,6 @@ def _features_of_chunk(
     for module in plan.keys() - written:  # no call of it reaches logit 0: zero gradient
         for selection in plan[module]:
             features[:, selection.columns] = 0
-    return features
 
 
 def _write_call(
@@ -409,13 +421,11 @@ def _write_call(
             target += block
 
 
-def iter_entk_chunks(model: nn.Module, x: Tensor, coords: Tensor, chunk: int) -> Iterator[Tensor]:
-    """Yield the features of x[i:i+chunk] for consecutive chunks, each [rows, p] on the CPU.
-
-    Peak memory is one chunk's activations plus its [rows, p] block (and, for parameterized
-    layers other than Linear and Conv2d, their per-sample gradients); it does not grow with
-    the number of samples. The model stays in eval mode until the iterator is exhausted.
-    """
+def _extract(
+    model: nn.Module, x: Tensor, coords: Tensor, chunk: int, into: Tensor | None = None
+) -> Iterator[Tensor]:
+    """Yield the features of x[i:i+chunk] for consecutive chunks, on the model's device:
+    views of `into` ([N, p]) when given, else a fresh block per chunk."""
     if chunk <= 0:
         raise InputError(f"entk.batch_size must be a positive number of samples, got {chunk}")
     reference = _model_tensor(model)
@@ -424,15 +434,34 @@ def iter_entk_chunks(model: nn.Module, x: Tensor, coords: Tensor, chunk: int) ->
     with _eval_mode(model):
         for start in range(0, x.shape[0], chunk):
             block = x[start : start + chunk].to(device=reference.device, dtype=reference.dtype)
-            yield _features_of_chunk(model, plan, block, p).cpu()
+            if into is None:
+                features = torch.empty(len(block), p, dtype=reference.dtype, device=block.device)
+            else:
+                features = into[start : start + chunk]
+            _features_of_chunk(model, plan, block, features)
+            yield features
+
+
+def iter_entk_chunks(model: nn.Module, x: Tensor, coords: Tensor, chunk: int) -> Iterator[Tensor]:
+    """Yield the features of x[i:i+chunk] for consecutive chunks, each [rows, p] on the CPU.
+
+    Peak memory is one chunk's activations plus its [rows, p] block (and, for parameterized
+    layers other than Linear and Conv2d, their per-sample gradients); it does not grow with
+    the number of samples. The model stays in eval mode until the iterator is exhausted.
+    """
+    for features in _extract(model, x, coords, chunk):
+        yield features.cpu()
 
 
 def entk_features(model: nn.Module, x: Tensor, coords: Tensor, batch_size: int = 64) -> Tensor:
     """[N, p] eNTK features of the N inputs, computed batched in chunks of `batch_size`."""
-    blocks = list(iter_entk_chunks(model, x, coords, batch_size))
-    if not blocks:
-        return torch.empty(0, int(coords.numel()), dtype=_model_tensor(model).dtype)
-    return torch.cat(blocks)
+    reference = _model_tensor(model)
+    features = torch.empty(
+        x.shape[0], int(coords.numel()), dtype=reference.dtype, device=reference.device
+    )
+    for _ in _extract(model, x, coords, batch_size, into=features):
+        pass
+    return features.cpu()
 
 
 def entk_features_loop(model: nn.Module, x: Tensor, coords: Tensor) -> Tensor:

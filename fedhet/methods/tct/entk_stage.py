@@ -40,7 +40,7 @@ from fedhet.methods.tct.entk import (
 )
 from fedhet.models import build_model
 
-VERSION = 2  # 2: the im2col/batch-last gather (features change at float32 rounding level)
+VERSION = 3  # 2: im2col/batch-last gather; 3: grouped-conv whole gradients (float32 rounding)
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
 
 
