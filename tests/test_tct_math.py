@@ -423,11 +423,27 @@ def test_on_round_reports_every_round_with_the_server_model() -> None:
         rounds=4,
         local_steps=10,
         lr=_stable_lr(clients),
-        on_round=lambda t, w, b: seen.append((t, _explicit_loss(clients, shares, w, b))),
+        on_round=lambda t, w, b, _: seen.append((t, _explicit_loss(clients, shares, w, b))),
     )
     assert [t for t, _ in seen] == [1, 2, 3, 4]
     assert [loss for _, loss in seen] == pytest.approx(result.train_loss, rel=1e-9)
     assert result.weight.shape == (6, 4) and result.bias.shape == (4,)
+
+
+@pytest.mark.parametrize("algorithm", ["scaffold", "gd"])
+def test_on_round_scores_are_the_server_models_training_predictions(algorithm: str) -> None:
+    clients = _clustered_clients()
+    checked: list[int] = []
+
+    def check(t: int, weight: torch.Tensor, bias: torch.Tensor, scores: list) -> None:
+        assert len(scores) == len(clients)
+        for (z, _), score in zip(clients, scores, strict=True):
+            assert score.dtype == torch.float64
+            assert torch.allclose(score, z @ weight + bias, rtol=1e-9, atol=1e-12)
+        checked.append(t)
+
+    solve(clients, algorithm, rounds=3, local_steps=10, lr=_stable_lr(clients), on_round=check)
+    assert checked == [1, 2, 3]
 
 
 def test_divergence_raises_run_error_naming_the_round() -> None:
@@ -442,7 +458,7 @@ def test_divergence_raises_run_error_naming_the_round() -> None:
             rounds=200,
             local_steps=10,
             lr=10 * _stable_lr(clients),
-            on_round=lambda t, w, b: finished.append(t),
+            on_round=lambda t, w, b, _: finished.append(t),
         )
     assert finished and f"round {finished[-1] + 1}:" in str(caught.value)
 

@@ -43,7 +43,7 @@ from fedhet.methods.tct.config import Stage2Spec
 from fedhet.methods.tct.regression import centered_one_hot, solve
 from fedhet.metrics.summary import summarize
 
-VERSION = 2  # 2: the closed-form float64 solver (results change at the rounding level)
+VERSION = 3  # 2: closed-form float64 solver; 3: per-round products in float32 (rounding level)
 BYTES_PER_VALUE = 4  # W and b travel in float32
 STAGE1_COSTS = ("bytes_up", "bytes_down", "comm_rounds", "wall_time")
 METRIC_NAMES = (*METRICS, "train_accuracy")
@@ -85,12 +85,16 @@ def load_splits(entk: zarr.Group) -> tuple[list[Split], Split]:
 
 def fit_quality(splits: list[Split], weight: Tensor, bias: Tensor) -> tuple[float, float]:
     """(accuracy, squared loss 1/(2n) sum ||W^T z + b - y||^2) over the union of `splits`."""
+    return score_quality([s.features @ weight + bias for s in splits], splits)
+
+
+def score_quality(scores: list[Tensor], splits: list[Split]) -> tuple[float, float]:
+    """(accuracy, squared loss 1/(2n) sum ||s - y||^2) of each split's row scores s."""
     correct, squared, count = 0, 0.0, 0
-    for s in splits:
-        scores = s.features @ weight + bias
-        correct += int((scores.argmax(dim=1) == s.labels).sum())
-        squared += float((scores - s.targets).square().sum())
-        count += len(s.labels)
+    for score, split in zip(scores, splits, strict=True):
+        correct += int((score.argmax(dim=1) == split.labels).sum())
+        squared += float((score - split.targets).square().sum())
+        count += len(split.labels)
     return correct / count, squared / (2 * count)
 
 
@@ -120,8 +124,10 @@ class History:
     best: tuple[Tensor, Tensor] | None = None  # (W, b) of the best test accuracy so far
     best_accuracy: float = -1.0
 
-    def record(self, round_number: int, weight: Tensor, bias: Tensor) -> None:
-        train_accuracy, train_loss = fit_quality(self.clients, weight, bias)
+    def record(
+        self, round_number: int, weight: Tensor, bias: Tensor, train_scores: list[Tensor]
+    ) -> None:
+        train_accuracy, train_loss = score_quality(train_scores, self.clients)
         test_accuracy, test_loss = fit_quality([self.test], weight, bias)
         first = round_number == 1
         now = time.perf_counter()
@@ -172,8 +178,8 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     with stage_progress(ctx.console, ctx.spec.runtime.progress, "round") as progress:
         task = progress.add_task(f"{ctx.spec.name}: tct stage 2", total=config.rounds, note="")
 
-        def record(round_number: int, weight: Tensor, bias: Tensor) -> None:
-            history.record(round_number, weight, bias)
+        def record(round_number: int, weight: Tensor, bias: Tensor, scores: list[Tensor]) -> None:
+            history.record(round_number, weight, bias, scores)
             accuracy = history.metrics["test_accuracy"][-1]
             progress.update(task, completed=round_number, note=f"acc {accuracy:.4f}")
 

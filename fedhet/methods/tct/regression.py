@@ -46,7 +46,7 @@ from fedhet.methods.tct.least_squares import LeastSquares
 Algorithm = Literal["scaffold", "fedavg", "gd"]
 Solver = Literal["closed_form", "explicit"]
 StepForm = Literal["auto", "gram", "explicit"]
-RoundCallback = Callable[[int, Tensor, Tensor], None]
+RoundCallback = Callable[[int, Tensor, Tensor, list[Tensor]], None]
 
 
 @dataclass(frozen=True)
@@ -181,9 +181,11 @@ def solve(
     "closed_form" computes each round's M local steps exactly from one eigendecomposition per
     client (fedhet.methods.tct.closed_form); "explicit" takes them one by one, with the
     gradient from the features or the Gram statistics as `step_form` says ("auto": the cheaper
-    over the run). Without `bias` the model is W alone (b stays 0). `on_round(t, W, b)` is
-    called after each round t = 1..rounds with the server model. Raises DivergedError naming
-    the round whose loss is not finite (its metrics are the caller's to fill).
+    over the run). Without `bias` the model is W alone (b stays 0). `on_round(t, W, b, scores)`
+    is called after each round t = 1..rounds with the server model and its training scores
+    Zhat_k psi of each client's rows (float64, from the round's fit: no extra pass). Raises
+    DivergedError naming the round whose loss is not finite (its metrics are the caller's to
+    fill).
     """
     _check_schedule(algorithm, rounds, local_steps, lr)
     clients, dtype = _validated_clients(clients)
@@ -238,7 +240,9 @@ def solve(
             )
         losses.append(loss)
         if on_round is not None:
-            on_round(round_number, *_weight_and_bias(psi, bias, dtype))
+            pairs = zip(problems, fits, strict=True)
+            scores = [score for problem, fit in pairs for score in problem.unrooted(fit)]
+            on_round(round_number, *_weight_and_bias(psi, bias, dtype), scores)
     weight, bias_vector = _weight_and_bias(psi, bias, dtype)
     final_controls = [h.to(dtype) for h in controls] if algorithm == "scaffold" else None
     return RegressionResult(weight, bias_vector, losses, final_controls)
