@@ -15,8 +15,8 @@ from typing import Any, Protocol
 import zarr
 from rich.console import Console
 
-from fedhet.core import allocator, provenance, registry
-from fedhet.core.errors import Interrupted
+from fedhet.core import allocator, divergence, provenance, registry
+from fedhet.core.errors import DivergedError, Interrupted
 from fedhet.core.keys import stage_key
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
@@ -189,4 +189,7 @@ def _compute_locked(node: StageNode, ctx: RunContext) -> None:
             runner(node.stage)(node, ctx, out, partial)
     except Interrupted as stop:
         stop.in_stage(f"{node.stage} {key[:12]}")
+        raise
+    except DivergedError as error:  # a result: kept for report, export and eval
+        divergence.record(partial, error)
         raise

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import zarr
 from torch import nn
 
-from fedhet.core import divergence, interrupts
+from fedhet.core import interrupts
 from fedhet.core.errors import DivergedError, Interrupted
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.engine import tensors
@@ -295,9 +295,7 @@ class Engine:
             f"round {rnd + 1}: {what}; metrics so far kept in {self.checkpoints.folder} "
             "(lower federation.lr)"
         )
-        error = DivergedError(message, rnd + 1, state.metrics)
-        divergence.record(self.checkpoints.folder, error)
-        raise error
+        raise DivergedError(message, rnd + 1, state.metrics)
 
     def record(
         self,

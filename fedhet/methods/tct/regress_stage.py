@@ -33,14 +33,14 @@ import torch
 import zarr
 from torch import Tensor
 
-from fedhet.core import divergence, registry
+from fedhet.core import registry
 from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.engine import tensorboard
 from fedhet.engine.loop import METRICS, write_metrics
 from fedhet.engine.progress import stage_progress
 from fedhet.methods.tct.config import Stage2Spec
-from fedhet.methods.tct.regression import centered_one_hot, solve
+from fedhet.methods.tct.regression import centered_one_hot, linear_scores, solve
 from fedhet.metrics.summary import summarize
 
 VERSION = 3  # 2: closed-form float64 solver; 3: per-round products in float32 (rounding level)
@@ -85,7 +85,7 @@ def load_splits(entk: zarr.Group) -> tuple[list[Split], Split]:
 
 def fit_quality(splits: list[Split], weight: Tensor, bias: Tensor) -> tuple[float, float]:
     """(accuracy, squared loss 1/(2n) sum ||W^T z + b - y||^2) over the union of `splits`."""
-    return score_quality([s.features @ weight + bias for s in splits], splits)
+    return score_quality([linear_scores(s.features, weight, bias) for s in splits], splits)
 
 
 def score_quality(scores: list[Tensor], splits: list[Split]) -> tuple[float, float]:
@@ -148,15 +148,9 @@ class History:
             self.best_accuracy, self.best = test_accuracy, (weight.clone(), bias.clone())
 
 
-def _diverged(
-    error: DivergedError, stage1: dict[str, list[float]], history: History, partial: Path
-) -> DivergedError:
-    """Stage 2's divergence as a result of the whole run: its round counted after stage 1's and
-    the metrics of every round before it, recorded in the stage's partial folder."""
-    metrics = {name: stage1[name] + history.metrics[name] for name in METRIC_NAMES}
-    whole = DivergedError(str(error), len(stage1["wall_time"]) + error.round_number, metrics)
-    divergence.record(partial, whole)
-    return whole
+def _whole_run(stage1: dict[str, list[float]], history: History) -> dict[str, list[float]]:
+    """The run's metrics: stage 1's rounds, then stage 2's."""
+    return {name: stage1[name] + history.metrics[name] for name in METRIC_NAMES}
 
 
 @stage("regress")
@@ -194,9 +188,10 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
                 on_round=record,
                 solver=config.solver,
             )
-        except DivergedError as error:
-            raise _diverged(error, stage1, history, partial) from None
-    metrics = {name: stage1[name] + history.metrics[name] for name in METRIC_NAMES}
+        except DivergedError as error:  # a round of the whole run, counted after stage 1's
+            rounds = len(stage1["wall_time"]) + error.round_number
+            raise DivergedError(str(error), rounds, _whole_run(stage1, history)) from None
+    metrics = _whole_run(stage1, history)
     write_metrics(out, metrics)
     out.create_array("linear/weight", data=result.weight.numpy())
     out.create_array("linear/bias", data=result.bias.numpy())

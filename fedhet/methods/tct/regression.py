@@ -67,9 +67,15 @@ def centered_one_hot(labels: Tensor, num_classes: int) -> Tensor:
     return one_hot - 1.0 / num_classes
 
 
+def linear_scores(features: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """W^T z + b for each row z of `features`, [n, C], in the weight's dtype. Taken as
+    (W^T Z^T)^T: with few classes, a wide left factor is twice as fast on a CPU as Z W."""
+    return (weight.T.contiguous() @ features.to(weight.dtype).T).T + bias
+
+
 def predict(features: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """Predicted labels argmax_j (W^T z + b)_j for each row z of `features`."""
-    return (features.to(weight.dtype) @ weight + bias).argmax(dim=1)
+    return linear_scores(features, weight, bias).argmax(dim=1)
 
 
 class _ExplicitSteps:
