@@ -3,6 +3,8 @@ computed by local worker processes (`--jobs N`) or Ray tasks (`--ray`, `--ray-ad
 
 from __future__ import annotations
 
+import traceback
+
 from rich.console import Console
 
 from fedhet.core.errors import InputError
@@ -27,7 +29,13 @@ def compute_task(task: Task) -> str:
     quiet = Console(stderr=True, quiet=True)
     store = ArtifactStore(task.store_root)
     ctx = RunContext(task.spec, store, quiet, task.run_name, task.labels, progress_sink())
-    return compute(task.node, ctx, wait=False)  # task.spec is the node's own already
+    try:
+        return compute(task.node, ctx, wait=False)  # task.spec is the node's own already
+    except BaseException as error:
+        # a process pool's worker keeps the last exception it sent back: without the locals of
+        # the failed stage's frames, its memory is freed before the worker's next task
+        traceback.clear_frames(error.__traceback__)
+        raise
 
 
 def final_tasks(runs: list[Run], store: ArtifactStore) -> list[Task]:

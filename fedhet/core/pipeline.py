@@ -7,6 +7,7 @@ reuses every artifact already in the store.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -192,4 +193,7 @@ def _compute_locked(node: StageNode, ctx: RunContext) -> None:
         raise
     except DivergedError as error:  # a result: kept for report, export and eval
         divergence.record(partial, error)
+        # the error outlives the stage (a sweep's failures, a worker's last exception): without
+        # the locals of the stage's frames, its tensors are freed now
+        traceback.clear_frames(error.__traceback__)
         raise
