@@ -75,7 +75,7 @@ def main(args: argparse.Namespace) -> None:
     form = "kernel" if flows[0].kernel_form else "Gram"
     print(
         f"{args.threads} thread(s); {args.clients} clients x {args.rows} rows, p={args.p}, "
-        f"C={args.classes}, M={args.steps}, float32 features, float64 solver"
+        f"C={args.classes}, M={args.steps}, float32 features and products, float64 solver state"
     )
     print(f"closed form ({form} eigendecomposition): factorization {factorization:.2f} s once")
     print(f"closed form: {closed:.3f} s per round (best of {args.repeats})")
