@@ -3,11 +3,9 @@ computed by local worker processes (`--jobs N`) or Ray tasks (`--ray`, `--ray-ad
 
 from __future__ import annotations
 
-import traceback
-
 from rich.console import Console
 
-from fedhet.core.errors import InputError
+from fedhet.core.errors import InputError, release_frames
 from fedhet.core.executors import LocalProcesses, progress_sink
 from fedhet.core.pipeline import ProgressSink, RunContext, compute
 from fedhet.core.scheduler import (
@@ -31,10 +29,8 @@ def compute_task(task: Task) -> str:
     ctx = RunContext(task.spec, store, quiet, task.run_name, task.labels, progress_sink())
     try:
         return compute(task.node, ctx, wait=False)  # task.spec is the node's own already
-    except BaseException as error:
-        # a process pool's worker keeps the last exception it sent back: without the locals of
-        # the failed stage's frames, its memory is freed before the worker's next task
-        traceback.clear_frames(error.__traceback__)
+    except BaseException as error:  # a pool's worker keeps the last exception it sent back
+        release_frames(error)
         raise
 
 

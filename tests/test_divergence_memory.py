@@ -18,21 +18,32 @@ from fedhet.core.store import ArtifactStore
 _alive: list[weakref.ref] = []
 
 
+def _solver(features: torch.Tensor) -> None:
+    raise DivergedError("solver diverged at round 1", 1, {})
+
+
 @stage("diverging_test_stage")
 def _diverging(node, ctx, out, partial) -> None:
     features = torch.zeros(1000)  # stands for a stage's GBs of features
     _alive.append(weakref.ref(features))
+    if node.config["chained"]:  # as TCT's stage 2: the solver's error, re-raised by the stage
+        try:
+            _solver(features)
+        except DivergedError:
+            del features  # only the solver's frame, inside the first error, still holds them
+            raise DivergedError("diverged at round 3", 3, {"train_loss": [1.0, 0.5]}) from None
     raise DivergedError("diverged at round 3", 3, {"train_loss": [1.0, 0.5]})
 
 
-def test_a_diverged_stage_is_recorded_and_its_tensors_are_freed(tmp_path) -> None:
+@pytest.mark.parametrize("chained", [False, True])
+def test_a_diverged_stage_is_recorded_and_its_tensors_are_freed(tmp_path, chained: bool) -> None:
     spec = SimpleNamespace(
         name="diverging",
         runtime=SimpleNamespace(threads=None),
         model_dump=lambda **_: {"name": "diverging"},
     )
     store = ArtifactStore(tmp_path)
-    node = StageNode("diverging_test_stage", 1, {"x": 1})
+    node = StageNode("diverging_test_stage", 1, {"chained": chained})
     with pytest.raises(DivergedError) as caught:
         ensure(node, RunContext(spec, store))
     gc.collect()

@@ -430,8 +430,12 @@ def test_on_round_reports_every_round_with_the_server_model() -> None:
     assert result.weight.shape == (6, 4) and result.bias.shape == (4,)
 
 
-@pytest.mark.parametrize("algorithm", ["scaffold", "gd"])
-def test_on_round_scores_are_the_server_models_training_predictions(algorithm: str) -> None:
+@pytest.mark.parametrize(
+    "algorithm, weights", [("scaffold", None), ("gd", None), ("gd", [0.0, 1.0, 2.0, 1.0])]
+)
+def test_on_round_scores_are_the_server_models_training_predictions(
+    algorithm: str, weights: list[float] | None
+) -> None:
     clients = _clustered_clients()
     checked: list[int] = []
 
@@ -442,7 +446,8 @@ def test_on_round_scores_are_the_server_models_training_predictions(algorithm: s
             assert torch.allclose(score, z @ weight + bias, rtol=1e-9, atol=1e-12)
         checked.append(t)
 
-    solve(clients, algorithm, rounds=3, local_steps=10, lr=_stable_lr(clients), on_round=check)
+    lr = _stable_lr(clients)
+    solve(clients, algorithm, rounds=3, local_steps=10, lr=lr, weights=weights, on_round=check)
     assert checked == [1, 2, 3]
 
 

@@ -21,10 +21,10 @@ TRIM_THRESHOLD = 1 << 30
 
 @cache
 def keep_freed_memory() -> bool:
-    """Set the thresholds once per process; False (and nothing changed) off glibc."""
+    """Set the thresholds once per process; False off glibc or where glibc refuses them."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     libc = ctypes.CDLL(None)
-    mmap_set = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    trim_set = libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    return bool(mmap_set and trim_set)
+    if not libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD):
+        return False
+    return bool(libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -1,5 +1,7 @@
 """The two kinds of failure the CLI reports, each with its exit code."""
 
+import traceback
+
 
 class FedhetError(Exception):
     """Base class: a failure with a one-line message meant for the user."""
@@ -50,3 +52,17 @@ class Interrupted(BaseException):  # noqa: N818 (not an error: the user asked to
     def __str__(self) -> str:
         where = f" {self.where}" if self.where else ""
         return f"interrupted{where}; run the same command to resume"
+
+
+def release_frames(error: BaseException) -> None:
+    """Clear the locals of the finished frames in the tracebacks of `error` and of the errors it
+    chains (cause, context): an error kept after its stage (a sweep's failures, a pool worker's
+    last exception) then no longer holds the stage's tensors."""
+    pending, seen = [error], set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending += [current.__cause__, current.__context__]

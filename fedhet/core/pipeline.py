@@ -7,7 +7,6 @@ reuses every artifact already in the store.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,7 +16,7 @@ import zarr
 from rich.console import Console
 
 from fedhet.core import allocator, divergence, provenance, registry
-from fedhet.core.errors import DivergedError, Interrupted
+from fedhet.core.errors import DivergedError, Interrupted, release_frames
 from fedhet.core.keys import stage_key
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
@@ -193,7 +192,5 @@ def _compute_locked(node: StageNode, ctx: RunContext) -> None:
         raise
     except DivergedError as error:  # a result: kept for report, export and eval
         divergence.record(partial, error)
-        # the error outlives the stage (a sweep's failures, a worker's last exception): without
-        # the locals of the stage's frames, its tensors are freed now
-        traceback.clear_frames(error.__traceback__)
+        release_frames(error)
         raise

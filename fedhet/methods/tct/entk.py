@@ -203,12 +203,12 @@ class _Factors:
         batch, outputs, positions = self.grad_out.shape
         pairs = flat_index.numel()
         full_cost = outputs * self.row_count
-        out_idx, in_idx = flat_index // self.row_count, flat_index % self.row_count
         if self.full is not None and _GATHER_COST * pairs > full_cost:
             # a few samples at a time, so that their whole gradients are still in cache
             for s in range(0, batch, _FULL_SAMPLES):
                 out[s : s + _FULL_SAMPLES] = self.full(slice(s, s + _FULL_SAMPLES), flat_index)
             return
+        out_idx, in_idx = flat_index // self.row_count, flat_index % self.row_count
         delta, out_idx = self._batch_last(out_idx)
         step = max(1, _GATHER_BUDGET // (positions * batch))
         for s in range(0, pairs, step):

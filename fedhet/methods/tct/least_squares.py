@@ -142,10 +142,14 @@ class LeastSquares:
         root = self._root_weights()
         return root[:, None] * torch.cat([self._times(z, psi) for z in self.features])
 
-    def unrooted(self, fit: Tensor) -> list[Tensor]:
-        """Zhat_k psi of each block, from the fit Omega^(1/2) Zhat psi over all rows."""
-        scores = fit / self._root_weights()[:, None]
-        return list(torch.split(scores, [z.shape[0] for z in self.features]))
+    def scores(self, fit: Tensor, psi: Tensor) -> list[Tensor]:
+        """Zhat_k psi of each block, from the fit Omega^(1/2) Zhat psi over all rows (computed
+        for a block of weight 0, whose fit is 0)."""
+        blocks = torch.split(fit, [z.shape[0] for z in self.features])
+        return [
+            block / weight**0.5 if weight > 0 else self._times(z, psi)
+            for block, z, weight in zip(blocks, self.features, self.row_weights, strict=True)
+        ]
 
     def root_transpose_times(self, stacked: Tensor) -> Tensor:
         """Zhat^T Omega^(1/2) E for E [n, C] over all rows, [d, C]."""

@@ -247,7 +247,7 @@ def solve(
         losses.append(loss)
         if on_round is not None:
             pairs = zip(problems, fits, strict=True)
-            scores = [score for problem, fit in pairs for score in problem.unrooted(fit)]
+            scores = [score for problem, fit in pairs for score in problem.scores(fit, psi)]
             on_round(round_number, *_weight_and_bias(psi, bias, dtype), scores)
     weight, bias_vector = _weight_and_bias(psi, bias, dtype)
     final_controls = [h.to(dtype) for h in controls] if algorithm == "scaffold" else None
