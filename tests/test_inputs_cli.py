@@ -73,6 +73,20 @@ def test_a_model_too_big_for_memory_is_refused_with_its_size(fedhet: CliRunner, 
     assert not (tmp_path / "store").exists()
 
 
+def test_tct_without_stage1_rounds_is_refused_by_validate_as_by_train(fedhet: CliRunner, tmp_path):
+    # T1 defaults to federation.rounds - stage2.rounds: 2 - 100 here
+    spec = write_spec(tmp_path / "tct.yaml", {**TINY_SPEC, "algorithm": {"name": "tct"}})
+    for command in ("spec", "validate"), ("train",):
+        result = fedhet(*command, spec, store=tmp_path / "store")
+        assert result.rc == 2 and "Traceback" not in result.stderr
+        (line,) = result.stderr.strip("\n").splitlines()
+        assert "algorithm.stage1.rounds: unset, so T1 = federation.rounds" in line
+        assert "set stage1.rounds or raise federation.rounds" in line
+    fixed = fedhet("spec", "validate", spec, "algorithm.stage1.rounds=2")
+    assert fixed.rc == 0 and "valid" in fixed.stdout and "(1 run)" in fixed.stdout
+    assert not (tmp_path / "store").exists()
+
+
 def test_a_missing_spec_is_answered_before_torch_is_imported(tmp_path):
     probe = (
         "import sys\nfrom fedhet.cli import main\n"

@@ -102,7 +102,9 @@ def variant_specs() -> list[Spec]:
         for s in SCHEMES
     ]
     others = sorted(set(algorithms()) - {"fedavg"})  # fedavg is the default of the specs above
-    specs += [parse_spec({"algorithm": {"name": name}}) for name in others]
+    # rounds enough for TCT's default stage 1 (T1 = federation.rounds - T2 = 100)
+    long = {"rounds": 150}
+    specs += [parse_spec({"algorithm": {"name": name}, "federation": long}) for name in others]
     return specs
 
 
@@ -247,6 +249,7 @@ def test_algorithm_name_axis_starts_each_algorithm_from_its_defaults():
     spec = parse_spec(
         {
             "algorithm": {"name": "fedprox", "mu": 0.5},
+            "federation": {"rounds": 150},  # TCT's default T1 = rounds - T2 (100)
             "matrix": {"algorithm.name": sorted(algorithms())},
         }
     )

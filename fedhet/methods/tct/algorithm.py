@@ -30,23 +30,10 @@ if TYPE_CHECKING:
     from fedhet.metrics.accuracy import Scores
 
 
-def stage1_rounds(spec: Spec, config: TCTConfig) -> int:
-    if config.stage1.rounds is not None:
-        return config.stage1.rounds
-    rounds = spec.federation.rounds - config.stage2.rounds
-    if rounds < 1:
-        raise InputError(
-            f"algorithm.stage1.rounds: unset, so T1 = federation.rounds ({spec.federation.rounds})"
-            f" - stage2.rounds ({config.stage2.rounds}) = {rounds}; set stage1.rounds or raise "
-            "federation.rounds"
-        )
-    return rounds
-
-
 def stage1_federation(spec: Spec, config: TCTConfig) -> FederationSpec:
     """The spec's federation with stage 1's rounds and overrides."""
     overrides = config.stage1.model_dump(exclude_none=True)
-    overrides["rounds"] = stage1_rounds(spec, config)
+    overrides["rounds"] = config.stage1_rounds(spec)
     if "local_steps" in overrides:  # as a plain spec that sets only local_steps would have
         overrides.setdefault("local_epochs", FederationSpec().local_epochs)
     elif "local_epochs" in overrides:

@@ -59,12 +59,26 @@ class TCTConfig(AlgorithmSpec):
 
     def check(self, spec) -> None:
         """TCT re-initializes the last linear layer: there must be layers with parameters
-        before it."""
+        before it. And stage 1 must have rounds."""
         if spec.model.arch == "mlp" and not spec.model.hidden:
             raise InputError(
                 "model.hidden: [] makes the model a single linear layer, so TCT has no features "
                 "to keep when it re-initializes that layer; give the mlp hidden layers"
             )
+        self.stage1_rounds(spec)
+
+    def stage1_rounds(self, spec) -> int:
+        """T1: stage1.rounds, else federation.rounds - T2 (the paper's budget of rounds)."""
+        if self.stage1.rounds is not None:
+            return self.stage1.rounds
+        rounds = spec.federation.rounds - self.stage2.rounds
+        if rounds < 1:
+            raise InputError(
+                f"algorithm.stage1.rounds: unset, so T1 = federation.rounds "
+                f"({spec.federation.rounds}) - stage2.rounds ({self.stage2.rounds}) = {rounds}; "
+                "set stage1.rounds or raise federation.rounds"
+            )
+        return rounds
 
     def base_label(self) -> str:
         variant = self.stage2.algorithm
