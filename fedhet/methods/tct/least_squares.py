@@ -30,6 +30,12 @@ def _slab_starts(count: int, width: int) -> tuple[range, int]:
     return range(0, count, step), step
 
 
+def linear_map(features: Tensor, weight: Tensor) -> Tensor:
+    """Z W, [n, C], in the weight's dtype, taken as (W^T Z^T)^T: with few classes, a wide left
+    factor is twice as fast on a CPU as Z W."""
+    return (weight.T.contiguous() @ features.to(weight.dtype).T).T
+
+
 def _product_dtype(z: Tensor) -> torch.dtype:
     return torch.promote_types(z.dtype, torch.float32)
 
@@ -62,13 +68,11 @@ class LeastSquares:
 
     def _times(self, z: Tensor, psi: Tensor) -> Tensor:
         """Zhat psi, [n, C] in float64, over row slabs."""
-        work = _product_dtype(z)
-        # psi^T Z^T with a [C, p] left factor: twice as fast on a CPU as Z psi for few classes
-        weight = psi[: z.shape[1]].T.to(work).contiguous()
+        weight = psi[: z.shape[1]].to(_product_dtype(z))
         starts, step = _slab_starts_for_product(z, *z.shape)
         fit = torch.cat(
             [psi.new_zeros(0, psi.shape[1])]
-            + [(weight @ z[s : s + step].to(work).T).T.to(torch.float64) for s in starts]
+            + [linear_map(z[s : s + step], weight).to(torch.float64) for s in starts]
         )
         return fit + psi[-1] if self.bias else fit
 

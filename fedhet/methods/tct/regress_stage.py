@@ -40,7 +40,8 @@ from fedhet.engine import tensorboard
 from fedhet.engine.loop import METRICS, write_metrics
 from fedhet.engine.progress import stage_progress
 from fedhet.methods.tct.config import Stage2Spec
-from fedhet.methods.tct.regression import centered_one_hot, linear_scores, solve
+from fedhet.methods.tct.least_squares import linear_map
+from fedhet.methods.tct.regression import centered_one_hot, solve
 from fedhet.metrics.summary import summarize
 
 VERSION = 3  # 2: closed-form float64 solver; 3: per-round products in float32 (rounding level)
@@ -85,7 +86,7 @@ def load_splits(entk: zarr.Group) -> tuple[list[Split], Split]:
 
 def fit_quality(splits: list[Split], weight: Tensor, bias: Tensor) -> tuple[float, float]:
     """(accuracy, squared loss 1/(2n) sum ||W^T z + b - y||^2) over the union of `splits`."""
-    return score_quality([linear_scores(s.features, weight, bias) for s in splits], splits)
+    return score_quality([linear_map(s.features, weight) + bias for s in splits], splits)
 
 
 def score_quality(scores: list[Tensor], splits: list[Split]) -> tuple[float, float]:
