@@ -16,13 +16,13 @@ import pytest
 import torch
 import yaml
 from conftest import CliRunner
+from fedhet.engine.algorithm import make_algorithm
 
 from fedhet.core import registry
 from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.data.partition_stage import partition_node
-from fedhet.engine.algorithm import make_algorithm
+from fedhet.data.partition_plan import partition_node
 from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Checkpoints, Engine, sample_clients, sample_holders
 from fedhet.engine.setup import build_setup

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.core.sections import MAX_COUNT, MAX_WIDTH, AlgorithmSpec, Section
+from fedhet.core.sections import MAX_COUNT, MAX_WIDTH, Section
+from fedhet.engine.description import MethodConfig
+from fedhet.engine.train_plan import train_node
+from fedhet.methods.fedbr.pseudo_plan import pseudo_node
+
+if TYPE_CHECKING:
+    from fedhet.core.pipeline import StageNode
+    from fedhet.core.spec import Spec
 from fedhet.core.spec import DatasetName
 
 
@@ -38,7 +45,8 @@ _VARIANTS = {
 }
 
 
-class FedBRConfig(AlgorithmSpec):
+class FedBRConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.fedbr.algorithm:FedBR"
     name: Literal["fedbr"] = "fedbr"
     pseudo: PseudoSpec = PseudoSpec()
     debias_classifier: bool = Field(True, description="component 1: CE(pseudo, uniform)")
@@ -54,6 +62,12 @@ class FedBRConfig(AlgorithmSpec):
     @property
     def uses_pseudo(self) -> bool:
         return self.debias_classifier or self.debias_features
+
+    def plan(self, spec: Spec) -> StageNode:
+        """The train node, with the pseudo batch upstream when a component uses it."""
+        if not self.uses_pseudo:
+            return train_node(spec)
+        return train_node(spec, pseudo=pseudo_node(self.pseudo, spec))
 
     def base_label(self) -> str:
         label = _VARIANTS[self.debias_classifier, self.debias_features]

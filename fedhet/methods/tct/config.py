@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field
 
 from fedhet.core.errors import InputError
-from fedhet.core.sections import MAX_COUNT, MAX_SEED, OMIT_IF_DEFAULT, AlgorithmSpec, Section
+from fedhet.core.sections import MAX_COUNT, MAX_SEED, OMIT_IF_DEFAULT, Section
+from fedhet.engine.description import MethodConfig, ModelChoice
+from fedhet.engine.train_plan import train_node
+from fedhet.methods.tct.plan import bootstrap_spec, entk_node, regress_node
+
+if TYPE_CHECKING:
+    import zarr
+
+    from fedhet.core.pipeline import RunContext, StageNode
+    from fedhet.core.spec import Spec
+    from fedhet.metrics.accuracy import Scores
 
 
 class Stage1Spec(Section):
@@ -51,7 +61,8 @@ class Stage2Spec(Section):
     )
 
 
-class TCTConfig(AlgorithmSpec):
+class TCTConfig(MethodConfig):
+    trainer: ClassVar[str | None] = None  # trained by its stages: a FedAvg run, then regress
     name: Literal["tct"] = "tct"
     stage1: Stage1Spec = Stage1Spec()
     entk: EntkSpec = EntkSpec()
@@ -79,6 +90,26 @@ class TCTConfig(AlgorithmSpec):
                 "set stage1.rounds or raise federation.rounds"
             )
         return rounds
+
+    def plan(self, spec: Spec) -> StageNode:
+        """bootstrap (FedAvg's train node) -> entk -> regress (fedhet.methods.tct.plan)."""
+        stage1 = bootstrap_spec(spec, self)
+        bootstrap = train_node(stage1)
+        bootstrap.spec = stage1
+        return regress_node(entk_node(bootstrap, self.entk), self.stage2)
+
+    def learning_rates(self, spec: Spec) -> list[float]:
+        """Stage 1's schedule (FedAvg's), then stage 2's constant eta."""
+        stage1 = super().learning_rates(bootstrap_spec(spec, self))
+        return stage1 + [self.stage2.lr] * self.stage2.rounds
+
+    def score_artifact(
+        self, ctx: RunContext, node: StageNode, artifact: zarr.Group, model: ModelChoice
+    ) -> Scores:
+        """The stage-2 linear model, scored on the eNTK features of the test set and clients."""
+        from fedhet.methods.tct.evaluation import linear_scores
+
+        return linear_scores(artifact, ctx.upstream(node, "entk"), model)
 
     def base_label(self) -> str:
         variant = self.stage2.algorithm

@@ -40,12 +40,7 @@ from fedhet.methods.tct.entk import (
 )
 from fedhet.models import build_model
 
-VERSION = 3  # 2: im2col/batch-last gather; 3: grouped-conv whole gradients (float32 rounding)
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
-
-
-def entk_node(bootstrap: StageNode, config: EntkSpec) -> StageNode:
-    return StageNode("entk", VERSION, config.model_dump(mode="json"), {"bootstrap": bootstrap})
 
 
 def convexified_model(spec: Spec, setup: TrainSetup, bootstrap: zarr.Group, seed: int) -> nn.Module:

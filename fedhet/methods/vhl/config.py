@@ -3,12 +3,17 @@ and the weights of the objective's terms."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
 from fedhet.core.errors import InputError
 from fedhet.core.sections import MAX_CLASSES, MAX_COUNT, MAX_LAYERS, MAX_SEED, MAX_WIDTH, Section
+from fedhet.engine.description import ObjectiveConfig
+
+if TYPE_CHECKING:
+    from fedhet.core.pipeline import StageNode
+    from fedhet.core.spec import Spec
 
 
 class _GeneratorSpec(Section):
@@ -60,7 +65,7 @@ GeneratorSpec = Annotated[StyleGAN2Spec | NoiseSpec | ConvSpec, Field(discrimina
 _VARIANT_LABELS = {"vhl": "VHL", "naive": "naive VHL", "vfa": "VFA"}
 
 
-class VHLSpec(Section):
+class VHLSpec(ObjectiveConfig):
     variant: Literal["vhl", "naive", "vfa"] = "vhl"
     generator: GeneratorSpec = StyleGAN2Spec()
     classes: int | None = Field(
@@ -101,6 +106,19 @@ class VHLSpec(Section):
     def uses_images(self) -> bool:
         return self.variant != "vfa"
 
+    def upstream(self, spec: Spec) -> dict[str, StageNode]:
+        """The virtual dataset, when the variant trains on virtual images."""
+        from fedhet.methods.vhl.virtual_plan import virtual_node  # it imports this module
+
+        return {"virtual": virtual_node(self, spec)} if self.uses_images else {}
+
+    def extra_outputs(self, num_classes: int) -> int:
+        """Outputs the model needs beyond the natural classes (0 unless virtual labels are
+        extra)."""
+        if not self.uses_images or self.labels == "shared":
+            return 0
+        return virtual_classes(self, num_classes)
+
     def label(self) -> str:
         label = _VARIANT_LABELS[self.variant]
         if self.uses_images and self.generator.kind != "stylegan2":
@@ -119,10 +137,3 @@ def virtual_classes(config: VHLSpec, natural_classes: int) -> int:
             "with labels: shared; lower it or use labels: extra"
         )
     return classes
-
-
-def extra_outputs(config: VHLSpec | None, natural_classes: int) -> int:
-    """Outputs the model needs beyond the natural classes (0 unless virtual labels are extra)."""
-    if config is None or not config.uses_images or config.labels == "shared":
-        return 0
-    return virtual_classes(config, natural_classes)
