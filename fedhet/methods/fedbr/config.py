@@ -1,20 +1,18 @@
-"""FedBR's spec block: `algorithm: {name: fedbr, pseudo: {...}, ...}`, and its pseudo-data's."""
+"""FedBR's spec block: `algorithm: {name: fedbr, pseudo: {...}, ...}`, its pseudo-data's, and its
+plan (the train stage, with the `pseudo` stage upstream)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from fedhet.core.pipeline import StageNode
 from fedhet.core.sections import MAX_COUNT, MAX_WIDTH, Section
+from fedhet.core.spec import DatasetName, Spec
+from fedhet.data.partition_plan import partition_node
 from fedhet.engine.description import MethodConfig
 from fedhet.engine.train_plan import train_node
-from fedhet.methods.fedbr.pseudo_plan import pseudo_node
-
-if TYPE_CHECKING:
-    from fedhet.core.pipeline import StageNode
-    from fedhet.core.spec import Spec
-from fedhet.core.spec import DatasetName
 
 
 class PseudoSpec(Section):
@@ -35,6 +33,28 @@ class PseudoSpec(Section):
     refresh: Literal["once", "round"] = Field(
         "once", description="once: sent at the start; round: regenerated every round"
     )
+
+
+PSEUDO_VERSION = 1  # the `pseudo` stage's format (computed by fedhet.methods.fedbr.pseudo_stage)
+
+
+def pseudo_config(pseudo: PseudoSpec, spec: Spec) -> dict:
+    """What determines the stored batch (mixing and refresh happen later, on the clients)."""
+    config = {
+        "kind": pseudo.kind,
+        "size": pseudo.size or spec.federation.batch_size,
+        "subset": pseudo.subset,
+        "seed": spec.seed,
+    }
+    if pseudo.kind == "mixture":
+        config |= {"proxy": pseudo.proxy, "dataset": spec.data.dataset}
+    return config
+
+
+def pseudo_node(pseudo: PseudoSpec, spec: Spec) -> StageNode:
+    config = pseudo_config(pseudo, spec)
+    upstream = {"partition": partition_node(spec)} if pseudo.kind == "rsm" else {}
+    return StageNode("pseudo", PSEUDO_VERSION, config, upstream)
 
 
 _VARIANTS = {

@@ -5,7 +5,7 @@ RSM averages clients' (feature-shifted) samples, so its key has the partition up
 Mixture's stored part is the proxy dataset's RSM alone, independent of any partition.
 The artifact holds `x` (N x C x H x W), `y` (N x classes, uniform), and for checking,
 `source` (the pool each sample came from) and `members` (indices averaged within it).
-Its node is planned by fedhet.methods.fedbr.pseudo_plan.
+Its node is planned by fedhet.methods.fedbr.config (pseudo_node).
 """
 
 from __future__ import annotations

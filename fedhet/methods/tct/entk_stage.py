@@ -30,7 +30,6 @@ from fedhet.core.spec import Spec
 from fedhet.engine import tensors
 from fedhet.engine.progress import stage_progress
 from fedhet.engine.setup import TrainSetup, build_setup
-from fedhet.methods.tct.config import EntkSpec
 from fedhet.methods.tct.entk import (
     FeatureMoments,
     coordinate_mask,
@@ -38,6 +37,7 @@ from fedhet.methods.tct.entk import (
     reinit_head,
     trainable_parameter_count,
 )
+from fedhet.methods.tct.sections import EntkSpec
 from fedhet.models import build_model
 
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}

@@ -11,16 +11,12 @@ its only federated training is that FedAvg run, and stage 2 lives in the `regres
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import ValidationError
 
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import StageNode
 from fedhet.core.spec import FederationSpec, Spec, parse_spec
-
-if TYPE_CHECKING:
-    from fedhet.methods.tct.config import EntkSpec, Stage2Spec, TCTConfig
+from fedhet.methods.tct.sections import EntkSpec, Stage1Spec, Stage2Spec
 
 ENTK_VERSION = 3  # 2: im2col/batch-last gather; 3: grouped-conv whole gradients (float32 rounding)
 REGRESS_VERSION = 3  # 2: closed-form float64 solver; 3: per-round products in float32 (rounding)
@@ -34,10 +30,10 @@ def regress_node(entk: StageNode, config: Stage2Spec) -> StageNode:
     return StageNode("regress", REGRESS_VERSION, config.model_dump(mode="json"), {"entk": entk})
 
 
-def stage1_federation(spec: Spec, config: TCTConfig) -> FederationSpec:
-    """The spec's federation with stage 1's rounds and overrides."""
-    overrides = config.stage1.model_dump(exclude_none=True)
-    overrides["rounds"] = config.stage1_rounds(spec)
+def stage1_federation(spec: Spec, stage1: Stage1Spec, rounds: int) -> FederationSpec:
+    """The spec's federation with stage 1's `rounds` (T1) and overrides."""
+    overrides = stage1.model_dump(exclude_none=True)
+    overrides["rounds"] = rounds
     if "local_steps" in overrides:  # as a plain spec that sets only local_steps would have
         overrides.setdefault("local_epochs", FederationSpec().local_epochs)
     elif "local_epochs" in overrides:
@@ -51,9 +47,9 @@ def stage1_federation(spec: Spec, config: TCTConfig) -> FederationSpec:
         ) from None
 
 
-def bootstrap_spec(spec: Spec, config: TCTConfig) -> Spec:
-    """The plain FedAvg spec whose train stage is TCT's stage 1."""
+def bootstrap_spec(spec: Spec, stage1: Stage1Spec, rounds: int) -> Spec:
+    """The plain FedAvg spec whose train stage is TCT's stage 1 (`rounds` rounds)."""
     data = spec.model_dump(mode="json", exclude={"matrix"})
     data["algorithm"] = {"name": "fedavg"}
-    data["federation"] = stage1_federation(spec, config).model_dump(mode="json")
+    data["federation"] = stage1_federation(spec, stage1, rounds).model_dump(mode="json")
     return parse_spec(data, "tct stage 1")

@@ -38,9 +38,9 @@ from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.engine import tensorboard
 from fedhet.engine.loop import METRICS, write_metrics
 from fedhet.engine.progress import stage_progress
-from fedhet.methods.tct.config import Stage2Spec
 from fedhet.methods.tct.least_squares import linear_map
 from fedhet.methods.tct.regression import centered_one_hot, solve
+from fedhet.methods.tct.sections import Stage2Spec
 from fedhet.metrics.summary import summarize
 
 BYTES_PER_VALUE = 4  # W and b travel in float32

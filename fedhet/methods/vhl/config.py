@@ -1,19 +1,18 @@
 """VHL's spec block, `algorithm: {..., vhl: {...}}`: the variant, the virtual data's generator
-and the weights of the objective's terms."""
+and the weights of the objective's terms; and what it plans (the `virtual` stage's node)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from fedhet.core.errors import InputError
+from fedhet.core.pipeline import StageNode
 from fedhet.core.sections import MAX_CLASSES, MAX_COUNT, MAX_LAYERS, MAX_SEED, MAX_WIDTH, Section
+from fedhet.core.spec import Spec
+from fedhet.data.shapes import DATA_SHAPES
 from fedhet.engine.description import ObjectiveConfig
-
-if TYPE_CHECKING:
-    from fedhet.core.pipeline import StageNode
-    from fedhet.core.spec import Spec
 
 
 class _GeneratorSpec(Section):
@@ -108,8 +107,6 @@ class VHLSpec(ObjectiveConfig):
 
     def upstream(self, spec: Spec) -> dict[str, StageNode]:
         """The virtual dataset, when the variant trains on virtual images."""
-        from fedhet.methods.vhl.virtual_plan import virtual_node  # it imports this module
-
         return {"virtual": virtual_node(self, spec)} if self.uses_images else {}
 
     def extra_outputs(self, num_classes: int) -> int:
@@ -137,3 +134,20 @@ def virtual_classes(config: VHLSpec, natural_classes: int) -> int:
             "with labels: shared; lower it or use labels: extra"
         )
     return classes
+
+
+VIRTUAL_VERSION = 1  # the `virtual` stage's format (computed by fedhet.methods.vhl.virtual_stage)
+
+
+def virtual_config(config: VHLSpec, spec: Spec) -> dict:
+    shape, natural_classes = DATA_SHAPES[spec.data.dataset]
+    return {
+        "generator": config.generator.model_dump(mode="json"),
+        "classes": virtual_classes(config, natural_classes),
+        "shape": list(shape),
+        "seed": config.seed if config.seed is not None else spec.seed,
+    }
+
+
+def virtual_node(config: VHLSpec, spec: Spec) -> StageNode:
+    return StageNode("virtual", VIRTUAL_VERSION, virtual_config(config, spec))

@@ -4,7 +4,8 @@ The key holds only what determines the images: the generator config, the seed, t
 virtual classes and the natural data's image shape. So every run with the same generator
 config shares one artifact, whatever its partition, federation or algorithm. The artifact
 holds `images` (N x C x H x W float32, class-major, standardized per channel) and `labels`
-(N int64 virtual class indices 0..C_v-1). Its node is planned by fedhet.methods.vhl.virtual_plan.
+(N int64 virtual class indices 0..C_v-1). Its node is planned by
+fedhet.methods.vhl.config (virtual_node).
 """
 
 from __future__ import annotations
