@@ -83,7 +83,7 @@ class _Registry:
     algorithms: dict[str, type[AlgorithmSpec]] = field(default_factory=dict)  # as declared
     configs: dict[str, type[AlgorithmSpec]] = field(default_factory=dict)
     objectives: dict[str, ObjectiveEntry] = field(default_factory=dict)
-    owners: dict[str, str] = field(default_factory=dict)  # algorithm or field -> plug-in
+    owners: dict[str, str] = field(default_factory=dict)  # objective field -> plug-in
     problems: list[str] = field(default_factory=list)
 
 
@@ -140,7 +140,6 @@ def _add(reg: _Registry, method: Method, where: str) -> None:
     reg.methods[method.name] = method
     for config in method.configs:
         reg.algorithms[_name(config)] = config
-        reg.owners[_name(config)] = where
     for wrapper in wrappers:
         reg.objectives[wrapper.field] = wrapper
         reg.owners[wrapper.field] = where
