@@ -36,7 +36,6 @@ from fedhet.core.spec import Spec, parse_spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import Dataset, load_dataset
 from fedhet.data.partition import make_partition
-from fedhet.engine.algorithm import make_algorithm
 from fedhet.engine.loop import Checkpoints, Engine, evaluate
 from fedhet.engine.setup import TrainSetup
 from fedhet.models import build_model, num_parameters
@@ -100,7 +99,10 @@ def run_engine(spec: Spec, ds: Dataset, clients: list[ClientData]) -> dict[str, 
     with tempfile.TemporaryDirectory() as folder:
         checkpoints = Checkpoints(Path(folder), torch.device("cpu"))
         engine = Engine(
-            make_algorithm(spec, setup), setup, checkpoints, spec.runtime.checkpoint_every
+            spec.algorithm.trainer_class()(spec.algorithm, setup),
+            setup,
+            checkpoints,
+            spec.runtime.checkpoint_every,
         )
         return engine.run().global_state
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import zarr
 
-from fedhet.core import divergence, registry
+from fedhet.core import divergence
 from fedhet.core.errors import DivergedError, InputError
 from fedhet.core.pipeline import RunContext, StageNode, ensure
 from fedhet.core.spec import Spec, expand, partition_label
@@ -23,7 +23,7 @@ from fedhet.metrics.summary import summarize
 
 def plan(spec: Spec) -> StageNode:
     """The final stage node of a (matrix-free) spec; its upstream nodes hang below it."""
-    return registry.algorithm(spec.algorithm.name).plan(spec)
+    return spec.algorithm.plan(spec)
 
 
 def group_key(spec: Spec) -> str:

@@ -15,11 +15,10 @@ from fedhet.core.spec import parse_spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
-from fedhet.engine.algorithm import make_algorithm
 from fedhet.engine.local import effective_steps
 from fedhet.engine.loop import Checkpoints, Engine, RunState, evaluate
 from fedhet.engine.setup import TrainSetup
-from fedhet.methods.fedavg.algorithm import FedAvg
+from fedhet.engine.trainer import Trainer
 from fedhet.models import build_model
 
 torch.set_num_threads(1)
@@ -48,9 +47,7 @@ def make_setup(algorithm: dict, **sections) -> TrainSetup:
 
 
 def make_engine(setup: TrainSetup, folder: Path, algorithm=None) -> Engine:
-    algo = (
-        algorithm(setup.spec.algorithm, setup) if algorithm else make_algorithm(setup.spec, setup)
-    )
+    algo = (algorithm or setup.spec.algorithm.trainer_class())(setup.spec.algorithm, setup)
     return Engine(algo, setup, Checkpoints(folder, CPU), 1000)
 
 
@@ -112,10 +109,10 @@ def test_fednova_with_equal_local_steps_is_fedavg(tmp_path):
     )
 
 
-class RecordingFedAvg(FedAvg):
-    def aggregate(self, global_state, server_state, results, weights):
+class RecordingFedAvg(Trainer):
+    def aggregate(self, round, global_state, server_state, results, weights):
         self.last = (global_state, results, weights)
-        return super().aggregate(global_state, server_state, results, weights)
+        return super().aggregate(round, global_state, server_state, results, weights)
 
 
 def test_fednova_with_unequal_steps_rescales_normalized_updates(tmp_path):
@@ -282,11 +279,11 @@ def test_scaffold_beats_fedavg_on_convex_one_class_per_client(tmp_path):
 
 def test_an_algorithm_revision_changes_only_its_own_keys(monkeypatch):
     from fedhet.engine.train_plan import train_node
-    from fedhet.methods.scaffold.algorithm import Scaffold
+    from fedhet.methods.scaffold.config import ScaffoldConfig
 
     def key(name: str) -> str:
         return train_node(make_setup({"name": name}).spec).key
 
     before = {name: key(name) for name in ("fedavg", "scaffold")}
-    monkeypatch.setattr(Scaffold, "revision", Scaffold.revision + 1)
+    monkeypatch.setattr(ScaffoldConfig, "revision", ScaffoldConfig.revision + 1)
     assert key("scaffold") != before["scaffold"] and key("fedavg") == before["fedavg"]

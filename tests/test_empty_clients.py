@@ -21,8 +21,7 @@ from fedhet.core import registry
 from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.data.partition_stage import partition_node
-from fedhet.engine.algorithm import make_algorithm
+from fedhet.data.partition_plan import partition_node
 from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Checkpoints, Engine, sample_clients, sample_holders
 from fedhet.engine.setup import build_setup
@@ -95,7 +94,7 @@ def engine_for(
     federation = {**BASE["federation"], **federation}
     spec = parse_spec(spec_data({"name": algorithm}, federation=federation))
     setup = build_setup(spec, ensure(partition_node(spec), RunContext(spec, store)))
-    algorithm = make_algorithm(spec, setup)
+    algorithm = spec.algorithm.trainer_class()(spec.algorithm, setup)
     trained: list[int] = []
     client_update = algorithm.client_update
 
@@ -152,7 +151,7 @@ def test_empty_clients_never_train_and_the_others_do(store, tmp_path, per_round)
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("name", [*registry.algorithms(), "fedavg+vhl"])
+@pytest.mark.parametrize("name", [*registry.configs(), "fedavg+vhl"])
 def test_every_algorithm_trains_on_a_partition_with_empty_clients(store, name):
     algorithm, sections = algorithm_block(name)
     (run,) = runs_of(parse_spec(spec_data(algorithm, **sections)))
@@ -187,7 +186,7 @@ def test_eval_scores_an_empty_client_as_nan(store, name):
 
 
 def test_every_registered_algorithm_is_covered():
-    assert set(registry.algorithms()) == set(CONFIGS)
+    assert set(registry.configs()) == set(CONFIGS)
 
 
 @pytest.mark.timeout(60)

@@ -19,11 +19,10 @@ from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import Algorithm, make_algorithm
 from fedhet.engine.loop import Checkpoints, Engine, RunState, sample_clients
 from fedhet.engine.setup import TrainSetup
+from fedhet.engine.trainer import Trainer
 from fedhet.methods.centralized.algorithm import Centralized
-from fedhet.methods.fedavg.algorithm import FedAvg
 from fedhet.methods.scaffold.algorithm import Scaffold
 from fedhet.models import build_model, num_parameters
 
@@ -53,11 +52,9 @@ def make_setup(**sections) -> TrainSetup:
 
 
 def make_engine(
-    setup: TrainSetup, folder: Path, algorithm: type[Algorithm] | None = None, **engine_args
+    setup: TrainSetup, folder: Path, algorithm: type[Trainer] | None = None, **engine_args
 ) -> Engine:
-    algo = (
-        algorithm(setup.spec.algorithm, setup) if algorithm else make_algorithm(setup.spec, setup)
-    )
+    algo = (algorithm or setup.spec.algorithm.trainer_class())(setup.spec.algorithm, setup)
     checkpoint_every = engine_args.pop("checkpoint_every", 1000)
     return Engine(algo, setup, Checkpoints(folder, CPU), checkpoint_every, **engine_args)
 
@@ -137,15 +134,15 @@ def test_sample_clients_is_seeded_sized_and_varies():
     assert sample_clients(7, 0, 5, 5) == list(range(5))
 
 
-class RecordingFedAvg(FedAvg):
+class RecordingFedAvg(Trainer):
     """FedAvg that records who was aggregated, with which weights, and the states involved."""
 
     def __init__(self, config, setup):
         super().__init__(config, setup)
         self.calls: list[dict] = []
 
-    def aggregate(self, global_state, server_state, results, weights):
-        new = super().aggregate(global_state, server_state, results, weights)
+    def aggregate(self, round, global_state, server_state, results, weights):
+        new = super().aggregate(round, global_state, server_state, results, weights)
         self.calls.append(
             {
                 "clients": [r.client for r in results],
@@ -184,7 +181,7 @@ def test_weighted_average_weights_each_client_state():
     assert out["n"].item() == 3  # integer buffers are not averaged
 
 
-def counting_batches(base: type[Algorithm]) -> type[Algorithm]:
+def counting_batches(base: type[Trainer]) -> type[Trainer]:
     """`base` that counts the samples its clients process per round."""
 
     class Counting(base):
@@ -203,7 +200,7 @@ def counting_batches(base: type[Algorithm]) -> type[Algorithm]:
 @pytest.mark.parametrize("epochs", [1, 2])
 def test_centralized_processes_as_many_samples_as_a_full_fedavg_round(tmp_path, epochs):
     counts = {}
-    for name, base in [("fedavg", FedAvg), ("centralized", Centralized)]:
+    for name, base in [("fedavg", Trainer), ("centralized", Centralized)]:
         setup = make_setup(
             algorithm={"name": name},
             federation={"rounds": 2, "batch_size": 64, "lr": 0.05, "local_epochs": epochs},

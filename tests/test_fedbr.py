@@ -9,23 +9,22 @@ import torch.nn.functional as F
 from rich.console import Console
 
 from fedhet.core.pipeline import STAGES, RunContext, ensure
-from fedhet.core.registry import algorithms
+from fedhet.core.registry import configs
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import FederationSpec, ModelSpec, parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.engine.algorithm import ClientJob
 from fedhet.engine.loop import Checkpoints, Engine
 from fedhet.engine.setup import build_setup
+from fedhet.engine.trainer import ClientJob, Trainer
 from fedhet.methods.fedbr.algorithm import (
     FedBR,
-    FedBRConfig,
     FedBRModel,
     LocalRound,
     contrastive_loss,
     projection_head,
 )
+from fedhet.methods.fedbr.config import FedBRConfig, pseudo_node
 from fedhet.methods.fedbr.pseudo import mix_with_local, random_sample_means, to_shape
-from fedhet.methods.fedbr.pseudo_stage import pseudo_node
 from fedhet.models import build_model
 
 torch.set_num_threads(1)
@@ -49,13 +48,17 @@ def make_spec(**changes):
     return parse_spec(data)
 
 
+def plan(spec):
+    return spec.algorithm.plan(spec)
+
+
 def context(spec, tmp_path):
     return RunContext(spec, ArtifactStore(tmp_path / "store"), Console(quiet=True))
 
 
 def setup_with_pseudo(spec, tmp_path):
     ctx = context(spec, tmp_path)
-    node = FedBR.plan(spec)
+    node = plan(spec)
     setup = build_setup(spec, ensure(node.upstream["partition"], ctx))
     if "pseudo" in node.upstream:
         setup.extras["pseudo"] = ensure(node.upstream["pseudo"], ctx)
@@ -92,7 +95,7 @@ def test_rsm_samples_are_means_of_subset_local_samples_of_one_client(tmp_path):
     group = ensure(pseudo_node(spec.algorithm.pseudo, spec), ctx)
     x, y = torch.from_numpy(group["x"][...]), torch.from_numpy(group["y"][...])
     source, members = group["source"][...], group["members"][...]
-    clients = build_setup(spec, ensure(FedBR.plan(spec).upstream["partition"], ctx)).clients
+    clients = build_setup(spec, ensure(plan(spec).upstream["partition"], ctx)).clients
     assert x.shape == (6, 1, 8, 8) and members.shape == (6, 5)
     for j in range(len(x)):
         client = clients[int(source[j])]
@@ -148,22 +151,22 @@ def test_pseudo_artifact_is_reused_across_runs_sharing_its_config(tmp_path, monk
         federation={"rounds": 7, "lr": 0.01},
         algorithm={"name": "fedbr", "pseudo": {"size": 6, "subset": 5}, "max_step": False},
     )
-    a, b = FedBR.plan(first).upstream["pseudo"], FedBR.plan(second).upstream["pseudo"]
-    assert a.key == b.key and FedBR.plan(first).key != FedBR.plan(second).key
+    a, b = plan(first).upstream["pseudo"], plan(second).upstream["pseudo"]
+    assert a.key == b.key and plan(first).key != plan(second).key
     ensure(a, context(first, tmp_path))
     ensure(b, context(second, tmp_path))
     assert len(calls) == 1
     other = make_spec(algorithm={"name": "fedbr", "pseudo": {"size": 6, "subset": 4}})
-    assert FedBR.plan(other).upstream["pseudo"].key != a.key
-    assert FedBR.plan(make_spec(seed=4)).upstream["pseudo"].key != a.key
+    assert plan(other).upstream["pseudo"].key != a.key
+    assert plan(make_spec(seed=4)).upstream["pseudo"].key != a.key
 
 
 def test_mixture_pseudo_key_ignores_the_partition():
     mixture = {"name": "fedbr", "pseudo": {"kind": "mixture", "size": 6}}
     one = make_spec(algorithm=mixture)
     two = make_spec(algorithm=mixture, partition={"alpha": 0.1})
-    assert "partition" not in FedBR.plan(one).upstream["pseudo"].upstream
-    assert FedBR.plan(one).upstream["pseudo"].key == FedBR.plan(two).upstream["pseudo"].key
+    assert "partition" not in plan(one).upstream["pseudo"].upstream
+    assert plan(one).upstream["pseudo"].key == plan(two).upstream["pseudo"].key
 
 
 def test_size_defaults_to_one_batch_and_ablation_labels_differ():
@@ -181,7 +184,7 @@ def test_size_defaults_to_one_batch_and_ablation_labels_differ():
     assert len(labels) == len(variants) and "FedBR" in labels
     assert (
         "pseudo"
-        not in FedBR.plan(
+        not in plan(
             make_spec(
                 algorithm={"name": "fedbr", "debias_classifier": False, "debias_features": False}
             )
@@ -274,7 +277,7 @@ def test_fedbr_without_components_is_fedavg(tmp_path):
     )
     setup = setup_with_pseudo(spec, tmp_path)
     fedbr = FedBR(spec.algorithm, setup)
-    fedavg = algorithms()["fedavg"](algorithms()["fedavg"].Config(), setup)
+    fedavg = Trainer(configs()["fedavg"](), setup)
     state = fedbr.build_model().state_dict()
     plain = {k.removeprefix("net."): v for k, v in state.items() if k.startswith("net.")}
     ours = fedbr.client_update(job_for(fedbr, setup, 1, state, {}))
@@ -293,17 +296,17 @@ def test_projection_trains_locally_and_is_averaged_and_pseudo_sent_once(tmp_path
     state = algo.build_model().state_dict()
     server = algo.init_server_state(state)
     assert torch.equal(
-        algo.download(server)["pseudo_x"], torch.from_numpy(setup.extras["pseudo"]["x"][...])
+        algo.download(0, server)["pseudo_x"], torch.from_numpy(setup.extras["pseudo"]["x"][...])
     )
     results = [algo.client_update(job_for(algo, setup, c, state, server)) for c in (0, 2)]
     weights = [0.25, 0.75]
-    new = algo.aggregate(state, server, results, weights)
+    new = algo.aggregate(0, state, server, results, weights)
     name = "projection.0.weight"
     assert not torch.equal(results[0].state[name], state[name])
     torch.testing.assert_close(
         new[name], 0.25 * results[0].state[name] + 0.75 * results[1].state[name]
     )
-    assert algo.download(server) == {}  # transferred once, at the start
+    assert algo.download(1, server) == {}  # transferred once, at the start
 
 
 def test_refresh_draws_a_new_pseudo_batch_each_round(tmp_path):
@@ -315,8 +318,7 @@ def test_refresh_draws_a_new_pseudo_batch_each_round(tmp_path):
     stored = torch.from_numpy(setup.extras["pseudo"]["x"][...])
     assert torch.equal(algo.pseudo_x(0), stored)
     assert not torch.allclose(algo.pseudo_x(1), stored)
-    server = {"round": torch.tensor(1)}
-    assert torch.equal(algo.download(server)["pseudo_x"], algo.pseudo_x(1))
+    assert torch.equal(algo.download(1, {})["pseudo_x"], algo.pseudo_x(1))
 
 
 def test_resume_from_a_checkpoint_equals_an_uninterrupted_run(tmp_path):

@@ -246,10 +246,8 @@ def digits_setup(algorithm: dict, rounds: int = 2) -> TrainSetup:
 
 
 def make_engine(algorithm: dict, folder, rounds: int = 2) -> Engine:
-    from fedhet.core.registry import algorithms
-
     setup = digits_setup(algorithm, rounds)
-    algo = algorithms()[algorithm["name"]](setup.spec.algorithm, setup)
+    algo = setup.spec.algorithm.trainer_class()(setup.spec.algorithm, setup)
     return Engine(algo, setup, Checkpoints(folder, setup.device), checkpoint_every=1)
 
 

@@ -43,8 +43,6 @@ def make_engine(
     dtype: torch.dtype = torch.float32,
 ) -> Engine:
     """Digits, 4 clients owning 3 label-sorted classes each (non-iid), all participating."""
-    from fedhet.core.registry import algorithms
-
     spec = parse_spec(
         {
             "data": {"dataset": "digits"},
@@ -76,7 +74,7 @@ def make_engine(
         for cid, idx in enumerate(part.client_indices)
     ]
     setup = TrainSetup(spec, DIGITS, clients, torch.device("cpu"))
-    algo = algorithms()[algorithm["name"]](spec.algorithm, setup)
+    algo = spec.algorithm.trainer_class()(spec.algorithm, setup)
     return Engine(algo, setup, Checkpoints(folder, setup.device), checkpoint_every=1)
 
 

@@ -163,7 +163,6 @@ def test_spec_file_and_its_filled_in_dump_give_the_same_keys(tmp_path: Path):
 def test_revision_zero_adds_nothing_to_the_train_key_and_a_revision_changes_it(monkeypatch, name):
     """Keys from before revisions existed stay valid: revision 0 leaves the train config exactly
     as it was (no `algorithm_revision` entry); revision r > 0 adds it, and so changes the key."""
-    from fedhet.core import registry
     from fedhet.engine.train_plan import train_node
 
     spec = parse_spec({**TINY_SPEC, "algorithm": {"name": name}})
@@ -174,13 +173,13 @@ def test_revision_zero_adds_nothing_to_the_train_key_and_a_revision_changes_it(m
         "algorithm": spec.algorithm.model_dump(mode="json"),
         "eval_every": spec.eval.every,
     }
-    monkeypatch.setattr(registry.algorithm(name), "revision", 0)
+    monkeypatch.setattr(type(spec.algorithm), "revision", 0)
     node = train_node(spec)
     partition_key = node.upstream["partition"].key
     assert node.key == stage_key("train", node.version, unrevised, {"partition": partition_key})
     keys = {node.key}
     for revision in (1, 2):
-        monkeypatch.setattr(registry.algorithm(name), "revision", revision)
+        monkeypatch.setattr(type(spec.algorithm), "revision", revision)
         revised = train_node(spec)
         assert revised.config == {**unrevised, "algorithm_revision": revision}
         assert revised.upstream["partition"].key == partition_key

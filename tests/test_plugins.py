@@ -25,7 +25,7 @@ PLUGINS = Path(__file__).parent / "plugins"
 BROKEN = {
     "fedhet-broken-import": "cannot be loaded: ModuleNotFoundError",
     "fedhet-broken-duplicate": "duplicate method name 'fedavg'",
-    "fedhet-broken-config": "config is not an AlgorithmSpec",
+    "fedhet-broken-config": "is not a MethodConfig",
 }
 
 SPEC = {

@@ -24,7 +24,6 @@ from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import make_algorithm
 from fedhet.engine.local import batch_schedule, effective_steps
 from fedhet.engine.loop import Checkpoints, Engine, sample_holders
 from fedhet.engine.setup import TrainSetup
@@ -60,7 +59,9 @@ def scaffold_engine(folder, momentum: float, correction: str) -> Engine:
         for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
     ]
     setup = TrainSetup(spec, DIGITS, clients, CPU)
-    return Engine(make_algorithm(spec, setup), setup, Checkpoints(folder, CPU), 1000)
+    return Engine(
+        spec.algorithm.trainer_class()(spec.algorithm, setup), setup, Checkpoints(folder, CPU), 1000
+    )
 
 
 def replay_client(engine: Engine, x, c, c_i, cid: int, rnd: int, lr: float, correction: str):

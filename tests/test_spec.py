@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from fedhet.core.errors import InputError
-from fedhet.core.registry import algorithms
+from fedhet.core.registry import configs
 from fedhet.core.spec import Spec, expand, json_schema, load_spec, parse_spec
 from fedhet.runs import runs_of
 
@@ -101,7 +101,7 @@ def variant_specs() -> list[Spec]:
         parse_spec({"partition": {"scheme": s, "clients": 4, "rotation": {"step": 10.0}}})
         for s in SCHEMES
     ]
-    others = sorted(set(algorithms()) - {"fedavg"})  # fedavg is the default of the specs above
+    others = sorted(set(configs()) - {"fedavg"})  # fedavg is the default of the specs above
     # rounds enough for TCT's default stage 1 (T1 = federation.rounds - T2 = 100)
     long = {"rounds": 150}
     specs += [parse_spec({"algorithm": {"name": name}, "federation": long}) for name in others]
@@ -129,10 +129,10 @@ def test_schema_forbids_additional_properties_everywhere():
 def test_schema_lists_every_algorithm_and_section():
     schema = json_schema()
     text = json.dumps(schema)
-    for name in algorithms():
+    for name in configs():
         assert f'"{name}"' in text
     mapping = schema["properties"]["algorithm"]["discriminator"]["mapping"]
-    assert set(mapping) == set(algorithms())
+    assert set(mapping) == set(configs())
     assert set(schema["properties"]) == set(Spec.model_fields)
 
 
@@ -237,7 +237,7 @@ def test_quickstart_matrix_expands_to_every_combination_with_values_applied():
     seen = set()
     for axes, run in runs:
         assert run.matrix is None
-        config = algorithms()[axes["algorithm"]["name"]].Config
+        config = configs()[axes["algorithm"]["name"]]
         assert run.algorithm == config.model_validate(axes["algorithm"])
         assert run.partition == parse_spec({"partition": axes["partition"]}).partition
         assert run.federation == spec.federation and run.model == spec.model  # kept from base
@@ -250,13 +250,13 @@ def test_algorithm_name_axis_starts_each_algorithm_from_its_defaults():
         {
             "algorithm": {"name": "fedprox", "mu": 0.5},
             "federation": {"rounds": 150},  # TCT's default T1 = rounds - T2 (100)
-            "matrix": {"algorithm.name": sorted(algorithms())},
+            "matrix": {"algorithm.name": sorted(configs())},
         }
     )
     runs = expand(spec)
-    assert [r.algorithm.name for _, r in runs] == sorted(algorithms())
+    assert [r.algorithm.name for _, r in runs] == sorted(configs())
     for _, run in runs:
-        assert run.algorithm == algorithms()[run.algorithm.name].Config(name=run.algorithm.name)
+        assert run.algorithm == configs()[run.algorithm.name](name=run.algorithm.name)
 
 
 def test_scalar_axes_multiply_and_keep_the_rest_of_the_spec():
@@ -306,7 +306,7 @@ def test_bad_matrix_axes_are_input_errors(matrix: dict, expected: str):
 
 # --- malformed specs thrown at the loader -------------------------------------------------
 
-NAMES = [*SCHEMES, *algorithms(), "digits", "mnist", "mlp", "batch", "auto", "cpu"]
+NAMES = [*SCHEMES, *configs(), "digits", "mnist", "mlp", "batch", "auto", "cpu"]
 PATHS = [
     "name", "seed", "data", "data.dataset", "data.root", "data.download", "partition",
     "partition.scheme", "partition.clients", "partition.alpha", "partition.classes_per_client",

@@ -17,9 +17,9 @@ from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec, parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.engine.algorithm import Algorithm, ClientJob, make_algorithm
 from fedhet.engine.loop import evaluate
 from fedhet.engine.setup import build_setup
+from fedhet.engine.trainer import ClientJob, Trainer
 from fedhet.methods.vhl.augment import crop_and_flip
 from fedhet.methods.vhl.virtual_stage import load_virtual
 from fedhet.runs import execute, runs_of
@@ -55,8 +55,8 @@ def store(tmp_path_factory) -> ArtifactStore:
     return ArtifactStore(tmp_path_factory.mktemp("vhl-store"))
 
 
-def make(spec: Spec, store: ArtifactStore) -> Algorithm:
-    """The run's algorithm with its upstream artifacts in place, as the train stage builds it."""
+def make(spec: Spec, store: ArtifactStore) -> Trainer:
+    """The run's trainer with its upstream artifacts in place, as the train stage builds it."""
     node = runs_of(spec)[0].node
     ctx = RunContext(spec, store, Console(quiet=True))
     for up in node.upstream.values():
@@ -64,17 +64,17 @@ def make(spec: Spec, store: ArtifactStore) -> Algorithm:
     setup = build_setup(spec, ctx.upstream(node, "partition"))
     for role in node.upstream:
         setup.extras[role] = ctx.upstream(node, role)
-    return make_algorithm(spec, setup)
+    return spec.algorithm.trainer_class()(spec.algorithm, setup)
 
 
-def job(algorithm: Algorithm, model: nn.Module, global_state: dict | None = None) -> ClientJob:
+def job(algorithm: Trainer, model: nn.Module, global_state: dict | None = None) -> ClientJob:
     """Client 0's job of round 0; its generator is the same in every job."""
     state = global_state or {k: v.detach().clone() for k, v in model.state_dict().items()}
     client = algorithm.setup.clients[0]
     return ClientJob(0, client, model, state, {}, {}, 0.05, torch_generator(0, "test"))
 
 
-def batch(algorithm: Algorithm, size: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(algorithm: Trainer, size: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
     client = algorithm.setup.clients[0]
     return client.x[:size], client.y[:size]
 

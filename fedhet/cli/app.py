@@ -273,12 +273,12 @@ def virtual(
     spec = _load(path, overrides=overrides)
     from fedhet.core.pipeline import RunContext, ensure
     from fedhet.methods.vhl.generators import save_grid
-    from fedhet.methods.vhl.virtual_stage import load_virtual, virtual_upstream
+    from fedhet.methods.vhl.virtual_stage import load_virtual
 
     st = ArtifactStore(store)
     seen = set()
     for _, run_spec in expand(spec):
-        node = virtual_upstream(run_spec).get("virtual")
+        node = run_spec.algorithm.objective_upstream(run_spec).get("virtual")
         if node is None or node.key in seen:
             continue
         seen.add(node.key)

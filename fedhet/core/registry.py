@@ -6,10 +6,11 @@ group in its packaging metadata:
     [project.entry-points."fedhet.methods"]
     mymethod = "my_package.plugin:METHOD"
 
-The module holding METHOD should be light (no torch): it names each algorithm by its spec block
-(a config class) and the import path of its class, so validating a spec never imports a method's
-code. An algorithm's class, an objective wrapper and the modules registering a method's stages
-(`fedhet.core.pipeline.stage`) are imported on first use. A class may also be given directly.
+The module holding METHOD should be light (no torch): it names each algorithm by its spec block,
+a config class (`fedhet.engine.description.MethodConfig`) that plans the algorithm's runs and
+names the import path of its trainer, so validating and planning never import a method's
+training code. A trainer, an objective wrapper and the modules registering a method's stages
+(`fedhet.core.pipeline.stage`) are imported on first use.
 
 A plug-in that cannot be loaded (import error, duplicate name, invalid config class) is skipped
 and described in one line by `problems()`; every other method keeps working.
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 
 from pydantic import create_model
 
-from fedhet.core.errors import InputError, RunError
+from fedhet.core.errors import RunError
 from fedhet.core.sections import AlgorithmSpec, Section
 
 GROUP = "fedhet.methods"
@@ -35,10 +36,13 @@ log = logging.getLogger(__name__)
 
 class ObjectiveWrapper(Protocol):
     """A method that replaces the data term of any algorithm's local objective (VHL): its config
-    becomes an optional field (`field`) of every algorithm whose config `accepts_objectives`."""
+    (which plans what the objective adds to a run) becomes an optional field (`field`) of every
+    algorithm whose config `accepts_objectives`; `build` makes the run's objective."""
 
     field: str
     Config: type[Section]
+
+    def build(self, config: Any, setup: Any, feature_dim: int) -> Any: ...
 
 
 def _resolve(target: str | Any) -> Any:
@@ -48,18 +52,6 @@ def _resolve(target: str | Any) -> Any:
     module, _, attribute = target.partition(":")
     imported = import_module(module)
     return getattr(imported, attribute) if attribute else imported
-
-
-@dataclass(frozen=True)
-class AlgorithmEntry:
-    """An algorithm as a plug-in declares it: its spec block, and its class or class path."""
-
-    config: type[AlgorithmSpec]
-    implementation: str | Any  # "package.module:Class" (imported on first use) or the class
-
-    @property
-    def name(self) -> str:
-        return self.config.model_fields["name"].default
 
 
 @dataclass(frozen=True)
@@ -74,13 +66,9 @@ class ObjectiveEntry:
 @dataclass(frozen=True)
 class Method:
     name: str
-    algorithms: tuple[AlgorithmEntry | Any, ...] = ()  # AlgorithmEntry objects or algorithm classes
+    configs: tuple[type[AlgorithmSpec], ...] = ()  # one MethodConfig subclass per algorithm
     objectives: tuple[ObjectiveEntry | Any, ...] = ()  # ObjectiveEntry objects or wrapper classes
     stages: tuple[str, ...] = ()  # modules that register the method's stages when imported
-
-
-def _entry(algo: Any) -> AlgorithmEntry:
-    return algo if isinstance(algo, AlgorithmEntry) else AlgorithmEntry(algo.Config, algo)
 
 
 def _objective_entry(wrapper: Any) -> ObjectiveEntry:
@@ -92,10 +80,10 @@ def _objective_entry(wrapper: Any) -> ObjectiveEntry:
 @dataclass
 class _Registry:
     methods: dict[str, Method] = field(default_factory=dict)
-    algorithms: dict[str, AlgorithmEntry] = field(default_factory=dict)
+    algorithms: dict[str, type[AlgorithmSpec]] = field(default_factory=dict)  # as declared
     configs: dict[str, type[AlgorithmSpec]] = field(default_factory=dict)
     objectives: dict[str, ObjectiveEntry] = field(default_factory=dict)
-    owners: dict[str, str] = field(default_factory=dict)  # algorithm or field -> plug-in
+    owners: dict[str, str] = field(default_factory=dict)  # objective field -> plug-in
     problems: list[str] = field(default_factory=list)
 
 
@@ -104,12 +92,20 @@ def _package(entry: EntryPoint) -> str:
     return dist.name if dist is not None else entry.value.split(":")[0]
 
 
-def _check_algorithm(algo: Any) -> str | None:
-    config = getattr(algo, "config", None)
-    if not (isinstance(config, type) and issubclass(config, AlgorithmSpec)):
-        return f"algorithm {algo.implementation!r}: config is not an AlgorithmSpec"
-    if not isinstance(algo.name, str) or not algo.name:
-        return f"algorithm {algo.implementation!r}: its config's name has no default"
+def _name(config: type[AlgorithmSpec]) -> Any:
+    return config.model_fields["name"].default
+
+
+def _check_config(config: Any) -> str | None:
+    # a MethodConfig (fedhet.engine.description, a layer above this one) is known by what it does
+    if not (
+        isinstance(config, type)
+        and issubclass(config, AlgorithmSpec)
+        and callable(getattr(config, "trainer_class", None))
+    ):
+        return f"config {config!r} is not a MethodConfig"
+    if not isinstance(_name(config), str) or not _name(config):
+        return f"config {config.__name__}: its name has no default"
     return None
 
 
@@ -130,23 +126,20 @@ def _add(reg: _Registry, method: Method, where: str) -> None:
         reg.problems.append(f"{where}: duplicate method name {method.name!r}; skipped")
         return
     try:
-        entries = [_entry(a) for a in method.algorithms]
         wrappers = [_objective_entry(w) for w in method.objectives]
     except AttributeError as err:
         reg.problems.append(f"{where}: {err}; skipped")
         return
-    problems = [p for p in map(_check_algorithm, entries) if p]
-    if not problems:  # an entry's name exists once its config is checked
-        problems = [
-            f"duplicate algorithm name {a.name!r}" for a in entries if a.name in reg.algorithms
-        ]
+    problems = [p for p in map(_check_config, method.configs) if p]
+    if not problems:  # a config's name exists once it is checked
+        names = map(_name, method.configs)
+        problems = [f"duplicate algorithm name {n!r}" for n in names if n in reg.algorithms]
     if problems:
         reg.problems.append(f"{where}: {'; '.join(problems)}; skipped")
         return
     reg.methods[method.name] = method
-    for algo in entries:
-        reg.algorithms[algo.name] = algo
-        reg.owners[algo.name] = where
+    for config in method.configs:
+        reg.algorithms[_name(config)] = config
     for wrapper in wrappers:
         reg.objectives[wrapper.field] = wrapper
         reg.owners[wrapper.field] = where
@@ -168,7 +161,7 @@ def _load() -> _Registry:
             continue
         _add(reg, method, where)
     reg.configs = {
-        name: _with_objectives(algo.config, reg.objectives) for name, algo in reg.algorithms.items()
+        name: _with_objectives(config, reg.objectives) for name, config in reg.algorithms.items()
     }
     for problem in reg.problems:  # once per process; the CLI prints them as `warning: ...`
         log.warning(problem)
@@ -193,27 +186,9 @@ def methods() -> dict[str, Method]:
 
 
 def configs() -> dict[str, type[AlgorithmSpec]]:
-    """Algorithm name -> its config class (objective wrappers composed in); imports no
-    algorithm code."""
+    """Algorithm name -> its config class, a MethodConfig (objective wrappers composed in, as a
+    subclass of the declared one); imports no training code."""
     return _load().configs
-
-
-@cache
-def algorithm(name: str) -> Any:
-    """The class of algorithm `name`, its Config the composed one (imported on first use)."""
-    reg = _load()
-    entry = reg.algorithms.get(name)
-    if entry is None:
-        raise InputError(
-            f"algorithm.name: unknown algorithm {name!r}; choose one of {', '.join(reg.algorithms)}"
-        )
-    cls = _import(entry.implementation, reg.owners[name])
-    return type(cls.__name__, (cls,), {"Config": reg.configs[name], "__module__": cls.__module__})
-
-
-def algorithms() -> dict[str, Any]:
-    """Algorithm name -> class (objective wrappers already composed into its Config)."""
-    return {name: algorithm(name) for name in _load().algorithms}
 
 
 @cache

@@ -16,7 +16,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fedhet.core import registry
 from fedhet.core.errors import Interrupted
 from fedhet.core.pipeline import BUSY, COMPUTED, REUSED, StageNode
 from fedhet.core.spec import Spec
@@ -44,7 +43,7 @@ class Task:
 
 
 def final_task(run_spec: Spec, store_root: str, labels: dict[str, str], run_name: str) -> Task:
-    node = registry.algorithm(run_spec.algorithm.name).plan(run_spec)
+    node = run_spec.algorithm.plan(run_spec)
     return Task(node, run_spec, run_spec, store_root, labels, run_name)
 
 

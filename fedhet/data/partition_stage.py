@@ -1,4 +1,5 @@
-"""The `partition` stage: per-client index arrays and the clients x classes label histogram."""
+"""The `partition` stage: per-client index arrays and the clients x classes label histogram.
+Its node is planned by fedhet.data.partition_plan."""
 
 from __future__ import annotations
 
@@ -8,20 +9,8 @@ import numpy as np
 import zarr
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
-from fedhet.core.spec import Spec
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import Partition, make_partition
-
-VERSION = 1
-
-
-def partition_node(spec: Spec) -> StageNode:
-    config = {
-        "dataset": spec.data.dataset,
-        "partition": spec.partition.model_dump(mode="json"),
-        "seed": spec.seed,
-    }
-    return StageNode("partition", VERSION, config)
 
 
 @stage("partition")

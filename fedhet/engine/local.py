@@ -64,11 +64,6 @@ def effective_steps(steps: int, momentum: float) -> float:
     return sum((1 - momentum ** (k + 1)) / (1 - momentum) for k in range(steps))
 
 
-def round_lr(fed: FederationSpec, round: int) -> float:
-    """The clients' learning rate in round `round` (0-based): lr decayed once per round."""
-    return fed.lr * fed.lr_decay**round
-
-
 def sgd(model: nn.Module, fed: FederationSpec, lr: float) -> torch.optim.SGD:
     return torch.optim.SGD(
         model.parameters(), lr=lr, momentum=fed.momentum, weight_decay=fed.weight_decay

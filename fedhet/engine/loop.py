@@ -17,11 +17,12 @@ from fedhet.core import interrupts
 from fedhet.core.errors import DivergedError, Interrupted
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, Traffic
 from fedhet.engine.executor import ClientExecutor, SequentialExecutor
-from fedhet.engine.local import Divergence, round_lr
+from fedhet.engine.local import Divergence
+from fedhet.engine.schedule import round_lr
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
+from fedhet.engine.trainer import ClientJob, ClientResult, Traffic, Trainer
 
 METRICS = (
     "test_accuracy",
@@ -194,7 +195,7 @@ class ClientDiverged(Exception):
 class Engine:
     def __init__(
         self,
-        algorithm: Algorithm,
+        algorithm: Trainer,
         setup: TrainSetup,
         checkpoints: Checkpoints,
         checkpoint_every: int,
@@ -266,14 +267,16 @@ class Engine:
         self.model.load_state_dict(state.global_state)
         traffic = algo.synchronized_first_step(rnd, self.model, jobs, weights.tolist())
         down = tensors.nbytes(algo.shared(state.global_state)) + tensors.nbytes(
-            algo.download(state.server_state)
+            algo.download(rnd, state.server_state)
         )
         try:
             results = self.executor.map(self.train_client, jobs)
         except ClientDiverged as diverged:
             self.fail(rnd, state, str(diverged))
         server_state = tensors.clone(state.server_state)  # aggregate may update it in place
-        new_global = algo.aggregate(state.global_state, server_state, results, weights.tolist())
+        new_global = algo.aggregate(
+            rnd, state.global_state, server_state, results, weights.tolist()
+        )
         if not tensors.all_finite(new_global):
             self.fail(rnd, state, "the aggregated model is not finite")
         state.server_state = server_state

@@ -1,10 +1,11 @@
 """Composable local objectives: the data term of a client's loss, replaceable by a method.
 
 By default the data term is the cross-entropy of the client's batch. A method such as VHL
-registers an objective wrapper (`fedhet.core.registry.ObjectiveWrapper`) whose config becomes an
-optional field of every algorithm that accepts objectives; when that field is set, the wrapper
-builds the run's objective, adds its upstream stages, extra model outputs and one-off broadcast.
-Algorithm-specific terms (FedProx's proximal term, SCAFFOLD's correction) apply on top.
+registers an objective wrapper (`fedhet.core.registry.ObjectiveWrapper`) whose config (a
+`fedhet.engine.description.ObjectiveConfig`) becomes an optional field of every method that
+accepts objectives; when that field is set, its config plans the upstream stages and extra model
+outputs, and the wrapper, imported here on first use, builds the run's objective and its one-off
+broadcast. Method-specific terms (FedProx's proximal term, SCAFFOLD's correction) apply on top.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from fedhet.core import registry
 from fedhet.core.sections import AlgorithmSpec
 
 if TYPE_CHECKING:
-    from fedhet.core.pipeline import StageNode
-    from fedhet.core.spec import Spec
     from fedhet.engine.setup import TrainSetup
 
 
@@ -53,19 +52,6 @@ def active(config: AlgorithmSpec) -> list[tuple[Any, Any]]:
         for field in config.objective_fields
         if getattr(config, field) is not None
     ]
-
-
-def extra_outputs(config: AlgorithmSpec, num_classes: int) -> int:
-    """Model outputs the active objectives need beyond the dataset's classes."""
-    return sum(w.extra_outputs(c, num_classes) for w, c in active(config))
-
-
-def upstream(spec: Spec) -> dict[str, StageNode]:
-    """The stages the active objectives need before training (VHL: its virtual dataset)."""
-    nodes: dict[str, StageNode] = {}
-    for wrapper, config in active(spec.algorithm):
-        nodes.update(wrapper.upstream(config, spec))
-    return nodes
 
 
 def build(

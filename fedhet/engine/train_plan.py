@@ -1,17 +1,15 @@
 """The `train` stage's node: the config that enters its key, and its upstream stages.
 
-Planning only: the Algorithm base class (`Algorithm.plan`) and methods that train a model as
-one of their stages (TCT's bootstrap, FedBR) call `train_node`; fedhet.engine.train_stage
-computes the artifact.
+Planning only (no torch): `MethodConfig.plan` and methods that train a model as one of their
+stages (TCT's bootstrap, FedBR) call `train_node`; fedhet.engine.train_stage computes the
+artifact.
 """
 
 from __future__ import annotations
 
-from fedhet.core import registry
 from fedhet.core.pipeline import StageNode
 from fedhet.core.spec import Spec
-from fedhet.data.partition_stage import partition_node
-from fedhet.engine import objectives
+from fedhet.data.partition_plan import partition_node
 
 VERSION = 1
 
@@ -26,7 +24,7 @@ def train_config(spec: Spec) -> dict:
     }
     if spec.partition.rotation is not None:
         config["test_set"] = "rotated_like_clients"
-    revision = registry.algorithm(spec.algorithm.name).revision
+    revision = spec.algorithm.revision
     if revision:
         config["algorithm_revision"] = revision
     return config
@@ -35,6 +33,10 @@ def train_config(spec: Spec) -> dict:
 def train_node(spec: Spec, **extra_upstream: StageNode) -> StageNode:
     """The run's train node: upstream of it the partition, the stages its local objective needs
     (VHL's virtual data) and `extra_upstream` (role -> node; the train stage hands their
-    artifacts to the algorithm as `setup.extras[role]`)."""
-    upstream = {"partition": partition_node(spec), **objectives.upstream(spec), **extra_upstream}
+    artifacts to the trainer as `setup.extras[role]`)."""
+    upstream = {
+        "partition": partition_node(spec),
+        **spec.algorithm.objective_upstream(spec),
+        **extra_upstream,
+    }
     return StageNode("train", VERSION, train_config(spec), upstream)

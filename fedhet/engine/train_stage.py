@@ -1,4 +1,4 @@
-"""The `train` stage: one federated run of one algorithm.
+"""The `train` stage: one federated run of one algorithm (its config's trainer).
 
 The artifact holds per-round metrics (`metrics/*`), the final and best global models
 (`model/final/*`, `model/best/*`), for algorithms with personalized models (FedBN, SiloBN) the
@@ -17,7 +17,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.data.partition import empty_clients_note
 from fedhet.engine import tensorboard, tensors
-from fedhet.engine.algorithm import make_algorithm
 from fedhet.engine.loop import Checkpoints, Engine, write_client_states, write_metrics
 from fedhet.engine.setup import build_setup
 from fedhet.metrics.summary import summarize
@@ -40,7 +39,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     for role in node.upstream:
         if role != "partition":
             setup.extras[role] = ctx.upstream(node, role)
-    algorithm = make_algorithm(spec, setup)
+    trainer = spec.algorithm.trainer_class()(spec.algorithm, setup)
     rounds = spec.federation.rounds
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -55,7 +54,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     ) as progress:
         label = ctx.labels.get(node.key) or f"{spec.name}: {spec.algorithm.name}"
         task = progress.add_task(label, total=rounds, acc="")
-        learning_rates = algorithm.learning_rates(spec)
+        learning_rates = spec.algorithm.learning_rates(spec)
         events: tensorboard.RoundWriter | None = None  # opened once the first round is known
 
         def on_round(rnd: int, row: dict[str, float]) -> None:
@@ -66,7 +65,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
                 events.write(rnd, row, learning_rates[rnd])
 
         engine = Engine(
-            algorithm,
+            trainer,
             setup,
             Checkpoints(partial, setup.device),
             spec.runtime.checkpoint_every,
@@ -84,6 +83,6 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     model = out.create_group("model")
     tensors.save(model, "final", state.global_state)
     tensors.save(model, "best", state.best_state or state.global_state)
-    if algorithm.personalized:
+    if spec.algorithm.personalized:
         write_client_states(model, state.client_states)
     out.attrs["summary"] = summarize(state.metrics, spec.eval.target_accuracy)

@@ -8,12 +8,12 @@ import numpy as np
 import torch
 import zarr
 
-from fedhet.core import allocator, provenance, registry
+from fedhet.core import allocator, provenance
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext
 from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import ModelChoice, make_algorithm
+from fedhet.engine.description import ModelChoice
 from fedhet.engine.loop import evaluate, read_client_states
 from fedhet.engine.setup import build_setup
 from fedhet.metrics.accuracy import Scores, class_accuracies
@@ -40,13 +40,13 @@ def evaluate_run(
     """Scores of the run's `model` (final or best); with `cgv`, also the client gradient
     variance of its final network (None for a method whose model is no network, like TCT's).
 
-    A method whose final artifact holds no network scores it itself (Algorithm.score_artifact);
+    A method whose final artifact holds no network scores it itself (MethodConfig.score_artifact);
     the same fields come back for every method.
     """
     provenance.use_threads(run.spec.runtime.threads)
     allocator.keep_freed_memory()
     ctx = RunContext(run.spec, store or ArtifactStore())
-    scores = registry.algorithm(run.spec.algorithm.name).score_artifact(ctx, run.node, group, model)
+    scores = run.spec.algorithm.score_artifact(ctx, run.node, group, model)
     variance = None
     if scores is None:
         scores, variance = network_scores(run, ctx, group, model, cgv)
@@ -78,14 +78,14 @@ def network_scores(
             f"{run.node.stage} artifacts hold no model to evaluate; eval needs a train stage"
         )
     setup = build_setup(run.spec, ctx.upstream(run.node, "partition"))
-    clients = list(setup.clients)  # an algorithm may replace them (centralized: their union)
-    algorithm = make_algorithm(run.spec, setup)
-    if which == "best" and algorithm.personalized:
+    clients = list(setup.clients)  # a trainer may replace them (centralized: their union)
+    trainer = run.spec.algorithm.trainer_class()(run.spec.algorithm, setup)
+    if which == "best" and run.spec.algorithm.personalized:
         raise InputError(
             f"--model best: {run.algorithm_label} keeps each client's own model entries, stored "
             "for the final round only; use --model final"
         )
-    model = algorithm.build_model().to(setup.device)
+    model = trainer.build_model().to(setup.device)
     chosen = tensors.load(group["model"], which, setup.device)
     own = read_client_states(group["model"], setup.device) if "clients" in group["model"] else {}
     ds = setup.dataset
@@ -98,7 +98,7 @@ def network_scores(
         )
 
     tested = [
-        scores(state, ds.test_x, ds.test_y) for state in algorithm.evaluation_states(chosen, own)
+        scores(state, ds.test_x, ds.test_y) for state in trainer.evaluation_states(chosen, own)
     ]
     accuracies, losses, per_class = zip(*tested, strict=True)
     result = Scores(
@@ -106,7 +106,7 @@ def network_scores(
         loss=float(np.mean(losses)),
         per_class=np.nanmean(np.asarray(per_class), axis=0).tolist(),
         per_client=[
-            scores(algorithm.evaluation_states(chosen, {c.id: own.get(c.id, {})})[0], c.x, c.y)[0]
+            scores(trainer.evaluation_states(chosen, {c.id: own.get(c.id, {})})[0], c.x, c.y)[0]
             if c.n
             else float("nan")
             for c in clients

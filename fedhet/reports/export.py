@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet
 
-from fedhet.core import registry
 from fedhet.core.errors import InputError
 from fedhet.core.store import ArtifactStore
 from fedhet.engine.loop import METRICS
@@ -126,6 +125,6 @@ def write_tensorboard(runs: list[StoredRun], folder: Path) -> None:
     """Each run's rounds into its event folder under `folder`, as training writes them."""
     for stored in runs:
         spec = stored.run.spec
-        learning_rates = registry.algorithm(spec.algorithm.name).learning_rates(spec)
+        learning_rates = spec.algorithm.learning_rates(spec)
         with RoundWriter(folder, stored.run.label) as writer:
             writer.write_rounds(stored.metrics, learning_rates)

@@ -9,18 +9,13 @@ import torch
 
 from fedhet.core.spec import AlgorithmSpec
 from fedhet.data.clients import ClientData
-from fedhet.engine.algorithm import Algorithm, ClientJob
 from fedhet.engine.local import num_local_steps
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
-from fedhet.methods.centralized.config import CentralizedConfig
+from fedhet.engine.trainer import ClientJob, Trainer
 
 
-class Centralized(Algorithm):
-    name = "centralized"
-
-    Config = CentralizedConfig
-
+class Centralized(Trainer):
     def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
         super().__init__(config, setup)
         self.per_round = setup.clients_per_round  # before the clients become their union

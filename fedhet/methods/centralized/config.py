@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
-from fedhet.core.sections import AlgorithmSpec
+from fedhet.engine.description import MethodConfig
 
 
-class CentralizedConfig(AlgorithmSpec):
+class CentralizedConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.centralized.algorithm:Centralized"
     name: Literal["centralized"] = "centralized"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from fedhet.core.sections import AlgorithmSpec
+from fedhet.engine.description import MethodConfig
 
 
-class FedAvgConfig(AlgorithmSpec):
+class FedAvgConfig(MethodConfig):
     accepts_objectives: ClassVar[bool] = True
     name: Literal["fedavg"] = "fedavg"

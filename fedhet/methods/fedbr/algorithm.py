@@ -22,18 +22,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.core.pipeline import StageNode
 from fedhet.core.rng import derive_seed, torch_generator
-from fedhet.core.spec import FederationSpec, Spec
+from fedhet.core.spec import FederationSpec
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult
 from fedhet.engine.local import Divergence, LocalStats
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
-from fedhet.engine.train_plan import train_node
+from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
 from fedhet.methods.fedbr.config import FedBRConfig
 from fedhet.methods.fedbr.pseudo import draw, mix_with_local, uniform_labels
-from fedhet.methods.fedbr.pseudo_stage import load_pseudo, pools, pseudo_node, round_generator
+from fedhet.methods.fedbr.pseudo_stage import load_pseudo, pools, round_generator
 from fedhet.models import FedModel
 
 # --- model ------------------------------------------------------------------------------
@@ -182,20 +180,10 @@ class LocalRound:
 # --- the algorithm ----------------------------------------------------------------------
 
 
-class FedBR(Algorithm):
-    name = "fedbr"
-    Config = FedBRConfig
-
+class FedBR(Trainer):
     def __init__(self, config: FedBRConfig, setup: TrainSetup):
         super().__init__(config, setup)
         self._pseudo: tuple[int, torch.Tensor] | None = None  # (round, x) last sent
-
-    @classmethod
-    def plan(cls, spec: Spec) -> StageNode:
-        config = spec.algorithm
-        if not config.uses_pseudo:
-            return train_node(spec)
-        return train_node(spec, pseudo=pseudo_node(config.pseudo, spec))
 
     def build_model(self) -> FedBRModel:
         net = super().build_model()
@@ -207,19 +195,11 @@ class FedBR(Algorithm):
 
     # --- server side: pseudo-data and its accounting --------------------------------------
 
-    def init_server_state(self, global_state: Tensors) -> Tensors:
-        return {"round": torch.zeros((), dtype=torch.int64)}
-
-    def download(self, server_state: Tensors) -> Tensors:
+    def download(self, round: int, server_state: Tensors) -> Tensors:
         """The pseudo batch, counted when it is sent: round 0, or every round on refresh."""
-        rnd = int(server_state["round"])
-        if self.config.uses_pseudo and (rnd == 0 or self.config.pseudo.refresh == "round"):
-            return {"pseudo_x": self.pseudo_x(rnd)}
+        if self.config.uses_pseudo and (round == 0 or self.config.pseudo.refresh == "round"):
+            return {"pseudo_x": self.pseudo_x(round)}
         return {}
-
-    def aggregate(self, global_state, server_state, results, weights):
-        server_state["round"] += 1
-        return super().aggregate(global_state, server_state, results, weights)
 
     def pseudo_x(self, rnd: int) -> torch.Tensor:
         """The round's pseudo batch: the stored one, or with refresh a fresh draw per round."""

@@ -1,13 +1,18 @@
-"""FedBR's spec block: `algorithm: {name: fedbr, pseudo: {...}, ...}`, and its pseudo-data's."""
+"""FedBR's spec block: `algorithm: {name: fedbr, pseudo: {...}, ...}`, its pseudo-data's, and its
+plan (the train stage, with the `pseudo` stage upstream)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.core.sections import MAX_COUNT, MAX_WIDTH, AlgorithmSpec, Section
-from fedhet.core.spec import DatasetName
+from fedhet.core.pipeline import StageNode
+from fedhet.core.sections import MAX_COUNT, MAX_WIDTH, Section
+from fedhet.core.spec import DatasetName, Spec
+from fedhet.data.partition_plan import partition_node
+from fedhet.engine.description import MethodConfig
+from fedhet.engine.train_plan import train_node
 
 
 class PseudoSpec(Section):
@@ -30,6 +35,28 @@ class PseudoSpec(Section):
     )
 
 
+PSEUDO_VERSION = 1  # the `pseudo` stage's format (computed by fedhet.methods.fedbr.pseudo_stage)
+
+
+def pseudo_config(pseudo: PseudoSpec, spec: Spec) -> dict:
+    """What determines the stored batch (mixing and refresh happen later, on the clients)."""
+    config = {
+        "kind": pseudo.kind,
+        "size": pseudo.size or spec.federation.batch_size,
+        "subset": pseudo.subset,
+        "seed": spec.seed,
+    }
+    if pseudo.kind == "mixture":
+        config |= {"proxy": pseudo.proxy, "dataset": spec.data.dataset}
+    return config
+
+
+def pseudo_node(pseudo: PseudoSpec, spec: Spec) -> StageNode:
+    config = pseudo_config(pseudo, spec)
+    upstream = {"partition": partition_node(spec)} if pseudo.kind == "rsm" else {}
+    return StageNode("pseudo", PSEUDO_VERSION, config, upstream)
+
+
 _VARIANTS = {
     (True, True): "FedBR",
     (True, False): "FedBR component 1",
@@ -38,7 +65,8 @@ _VARIANTS = {
 }
 
 
-class FedBRConfig(AlgorithmSpec):
+class FedBRConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.fedbr.algorithm:FedBR"
     name: Literal["fedbr"] = "fedbr"
     pseudo: PseudoSpec = PseudoSpec()
     debias_classifier: bool = Field(True, description="component 1: CE(pseudo, uniform)")
@@ -54,6 +82,12 @@ class FedBRConfig(AlgorithmSpec):
     @property
     def uses_pseudo(self) -> bool:
         return self.debias_classifier or self.debias_features
+
+    def plan(self, spec: Spec) -> StageNode:
+        """The train node, with the pseudo batch upstream when a component uses it."""
+        if not self.uses_pseudo:
+            return train_node(spec)
+        return train_node(spec, pseudo=pseudo_node(self.pseudo, spec))
 
     def base_label(self) -> str:
         label = _VARIANTS[self.debias_classifier, self.debias_features]

@@ -5,6 +5,7 @@ RSM averages clients' (feature-shifted) samples, so its key has the partition up
 Mixture's stored part is the proxy dataset's RSM alone, independent of any partition.
 The artifact holds `x` (N x C x H x W), `y` (N x classes, uniform), and for checking,
 `source` (the pool each sample came from) and `members` (indices averaged within it).
+Its node is planned by fedhet.methods.fedbr.config (pseudo_node).
 """
 
 from __future__ import annotations
@@ -19,31 +20,8 @@ from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec
 from fedhet.data.datasets import load_dataset
-from fedhet.data.partition_stage import partition_node
 from fedhet.engine.setup import build_setup
-from fedhet.methods.fedbr.config import PseudoSpec
 from fedhet.methods.fedbr.pseudo import draw, uniform_labels
-
-VERSION = 1
-
-
-def pseudo_config(pseudo: PseudoSpec, spec: Spec) -> dict:
-    """What determines the stored batch (mixing and refresh happen later, on the clients)."""
-    config = {
-        "kind": pseudo.kind,
-        "size": pseudo.size or spec.federation.batch_size,
-        "subset": pseudo.subset,
-        "seed": spec.seed,
-    }
-    if pseudo.kind == "mixture":
-        config |= {"proxy": pseudo.proxy, "dataset": spec.data.dataset}
-    return config
-
-
-def pseudo_node(pseudo: PseudoSpec, spec: Spec) -> StageNode:
-    config = pseudo_config(pseudo, spec)
-    upstream = {"partition": partition_node(spec)} if pseudo.kind == "rsm" else {}
-    return StageNode("pseudo", VERSION, config, upstream)
 
 
 def pools(

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedhet.core.rng import torch_generator
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
+from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
 from fedhet.methods.fedimpro.config import FedImproConfig, resolve_split
 from fedhet.methods.fedimpro.objective import sampled_feature_loss
 from fedhet.methods.fedimpro.statistics import (
@@ -47,12 +47,7 @@ INIT_STD = 0.1  # std of the statistics before any client reported (the authors'
 # --- the algorithm ------------------------------------------------------------------------
 
 
-class FedImpro(Algorithm):
-    name = "fedimpro"
-    # 1: the authors' objective, ramp and std clip as defaults (objective, ramp, std_clip)
-    revision = 1
-    Config = FedImproConfig
-
+class FedImpro(Trainer):
     def __init__(self, config: FedImproConfig, setup: TrainSetup):
         super().__init__(config, setup)
         model = self.build_model()
@@ -82,15 +77,15 @@ class FedImpro(Algorithm):
         mean, var = init_statistics(self.setup.dataset.num_classes, dim, INIT_STD, gen)
         return {MEAN: mean.to(self.setup.device), VAR: var.to(self.setup.device)}
 
-    def download(self, server_state: Tensors) -> Tensors:
+    def download(self, round: int, server_state: Tensors) -> Tensors:
         return {MEAN: server_state[MEAN], VAR: server_state[VAR]}
 
-    def aggregate(self, global_state, server_state, results, weights):
+    def aggregate(self, round, global_state, server_state, results, weights):
         uniform = [1 / len(results)] * len(results)  # Eq. 8
         server_state[MEAN], server_state[VAR] = aggregate_statistics(
             [r.upload[MEAN] for r in results], [r.upload[VAR] for r in results], uniform
         )
-        return super().aggregate(global_state, server_state, results, weights)
+        return super().aggregate(round, global_state, server_state, results, weights)
 
     # --- client side --------------------------------------------------------------------
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from fedhet.core.errors import InputError
-from fedhet.core.sections import MAX_COUNT, AlgorithmSpec
+from fedhet.core.sections import MAX_COUNT
+from fedhet.engine.description import MethodConfig
 
 Objective = Literal["official", "mixture"]
 
 
-class FedImproConfig(AlgorithmSpec):
+class FedImproConfig(MethodConfig):
+    # 1: the authors' objective, ramp and std clip as defaults (objective, ramp, std_clip)
+    revision: ClassVar[int] = 1
+    trainer: ClassVar[str | None] = "fedhet.methods.fedimpro.algorithm:FedImpro"
     name: Literal["fedimpro"] = "fedimpro"
     split: str | None = Field(
         None,

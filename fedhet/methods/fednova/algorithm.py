@@ -5,20 +5,13 @@ for SGD with momentum rho (a_i = tau_i without momentum); x <- x - tau_eff sum_i
 tau_eff = sum_i p_i a_i. With equal local steps this is exactly FedAvg.
 """
 
-
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import Algorithm
 from fedhet.engine.local import effective_steps
-from fedhet.methods.fednova.config import FedNovaConfig
+from fedhet.engine.trainer import Trainer
 
 
-class FedNova(Algorithm):
-    name = "fednova"
-
-
-    Config = FedNovaConfig
-
-    def aggregate(self, global_state, server_state, results, weights):
+class FedNova(Trainer):
+    def aggregate(self, round, global_state, server_state, results, weights):
         a = [effective_steps(r.stats.steps, self.fed.momentum) for r in results]
         tau_eff = sum(w * ai for w, ai in zip(weights, a, strict=True))
         coeffs = [w * tau_eff / ai for w, ai in zip(weights, a, strict=True)]

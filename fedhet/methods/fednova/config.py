@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from fedhet.core.sections import AlgorithmSpec
+from fedhet.engine.description import MethodConfig
 
 
-class FedNovaConfig(AlgorithmSpec):
+class FedNovaConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.fednova.algorithm:FedNova"
     accepts_objectives: ClassVar[bool] = True
     name: Literal["fednova"] = "fednova"

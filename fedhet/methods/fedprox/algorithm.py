@@ -1,19 +1,12 @@
 """FedProx: FedAvg with the proximal term mu/2 ||w - w_global||^2 in the local objective."""
 
-
 import torch
 from torch import nn
 
-from fedhet.engine.algorithm import Algorithm, ClientJob
-from fedhet.methods.fedprox.config import FedProxConfig
+from fedhet.engine.trainer import ClientJob, Trainer
 
 
-class FedProx(Algorithm):
-    name = "fedprox"
-
-
-    Config = FedProxConfig
-
+class FedProx(Trainer):
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:

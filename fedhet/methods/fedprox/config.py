@@ -6,10 +6,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.core.sections import AlgorithmSpec
+from fedhet.engine.description import MethodConfig
 
 
-class FedProxConfig(AlgorithmSpec):
+class FedProxConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.fedprox.algorithm:FedProx"
     accepts_objectives: ClassVar[bool] = True
     name: Literal["fedprox"] = "fedprox"
     mu: float = Field(0.01, ge=0)

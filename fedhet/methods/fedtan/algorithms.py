@@ -33,16 +33,9 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from fedhet.core.errors import InputError
 from fedhet.core.spec import AlgorithmSpec
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, Traffic
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
-from fedhet.methods.fedtan.config import (
-    FedAvgAlgorithm2Config,
-    FedBNConfig,
-    FedTANConfig,
-    FedTANIIConfig,
-    SiloBNConfig,
-)
+from fedhet.engine.trainer import ClientJob, ClientResult, Traffic, Trainer
 from fedhet.methods.fedtan.sync_bn import Mode, SyncResult, bn_layers, synchronized_gradients
 
 
@@ -66,25 +59,22 @@ def freeze_batch_norm(model: nn.Module) -> None:
         layer.eval()
 
 
-class _BatchNormAlgorithm(Algorithm):
+class _BatchNormTrainer(Trainer):
     """Shared by every algorithm here: the model must have BatchNorm layers."""
 
     def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
         super().__init__(config, setup)
         if not bn_layers(self.build_model()):
             raise InputError(
-                f"model.norm: {self.name} needs BatchNorm layers; set model.norm: batch"
+                f"model.norm: {self.config.name} needs BatchNorm layers; set model.norm: batch"
             )
 
 
 # --- FedTAN and forward-only aggregation -----------------------------------------------------
 
 
-class FedTAN(_BatchNormAlgorithm):
-    name = "fedtan"
+class FedTAN(_BatchNormTrainer):
     mode: ClassVar[Mode] = "fedtan"
-
-    Config = FedTANConfig
 
     def synchronized_first_step(
         self, round: int, model: nn.Module, jobs: list[ClientJob], weights: list[float]
@@ -108,10 +98,7 @@ class FedTAN(_BatchNormAlgorithm):
 class FedAvgAlgorithm2(FedTAN):
     """FedAvg whose first local step shares only the forward BN statistics (paper Algorithm 2)."""
 
-    name = "fedavg_alg2"
     mode: ClassVar[Mode] = "forward_only"
-
-    Config = FedAvgAlgorithm2Config
 
 
 @dataclasses.dataclass
@@ -151,14 +138,6 @@ def _element_size(model: nn.Module) -> int:
 class FedTANII(FedTAN):
     """FedTAN for `sync_rounds` rounds, then frozen BN statistics and plain FedAvg."""
 
-    name = "fedtan_ii"
-
-    Config = FedTANIIConfig
-
-    def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
-        super().__init__(config, setup)
-        self.round = 0  # set by synchronized_first_step, which the engine calls first each round
-
     def frozen(self, round: int) -> bool:
         return round >= self.config.sync_rounds
 
@@ -169,7 +148,6 @@ class FedTANII(FedTAN):
     def synchronized_first_step(
         self, round: int, model: nn.Module, jobs: list[ClientJob], weights: list[float]
     ) -> Traffic:
-        self.round = round
         if self.frozen(round):
             return Traffic()
         return super().synchronized_first_step(round, model, jobs, weights)
@@ -186,9 +164,9 @@ class FedTANII(FedTAN):
             freeze_batch_norm(model)  # after local_sgd's model.train()
         return super().local_loss(job, model, x, y)
 
-    def aggregate(self, global_state, server_state, results, weights):
-        averaged = super().aggregate(global_state, server_state, results, weights)
-        if self.frozen(self.round):  # exactly the frozen values, not an average of copies
+    def aggregate(self, round, global_state, server_state, results, weights):
+        averaged = super().aggregate(round, global_state, server_state, results, weights)
+        if self.frozen(round):  # exactly the frozen values, not an average of copies
             averaged.update({n: global_state[n].clone() for n in self.statistics_names})
         return averaged
 
@@ -196,11 +174,10 @@ class FedTANII(FedTAN):
 # --- FedBN and SiloBN -------------------------------------------------------------------------
 
 
-class _LocalBatchNorm(_BatchNormAlgorithm):
+class _LocalBatchNorm(_BatchNormTrainer):
     """BN state entries in `local_names` stay on each client (kept in its client_state)."""
 
     local_parameters: ClassVar[bool]
-    personalized = True
 
     @cached_property
     def local_names(self) -> frozenset[str]:
@@ -216,7 +193,7 @@ class _LocalBatchNorm(_BatchNormAlgorithm):
         job.client_state.update({k: result.state[k] for k in self.local_names})
         return result
 
-    def aggregate(self, global_state, server_state, results, weights):
+    def aggregate(self, round, global_state, server_state, results, weights):
         """Average the shared entries; the server's copies of the local ones never change."""
         averaged = tensors.weighted_average([self.shared(r.state) for r in results], weights)
         return {k: averaged[k] if k in averaged else global_state[k] for k in global_state}
@@ -232,15 +209,8 @@ class _LocalBatchNorm(_BatchNormAlgorithm):
 
 
 class FedBN(_LocalBatchNorm):
-    name = "fedbn"
     local_parameters = True
-
-    Config = FedBNConfig
 
 
 class SiloBN(_LocalBatchNorm):
-    name = "silobn"
     local_parameters = False
-
-    Config = SiloBNConfig
-

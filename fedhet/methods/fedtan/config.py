@@ -3,28 +3,32 @@ SiloBN)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.core.sections import MAX_COUNT, AlgorithmSpec
+from fedhet.core.sections import MAX_COUNT
+from fedhet.engine.description import MethodConfig
 
 
-class FedTANConfig(AlgorithmSpec):
+class FedTANConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedTAN"
     name: Literal["fedtan"] = "fedtan"
 
     def base_label(self) -> str:
         return "FedTAN"
 
 
-class FedAvgAlgorithm2Config(AlgorithmSpec):
+class FedAvgAlgorithm2Config(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedAvgAlgorithm2"
     name: Literal["fedavg_alg2"] = "fedavg_alg2"
 
     def base_label(self) -> str:
         return "FedAvg+Algorithm 2"
 
 
-class FedTANIIConfig(AlgorithmSpec):
+class FedTANIIConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedTANII"
     name: Literal["fedtan_ii"] = "fedtan_ii"
     sync_rounds: int = Field(
         50, ge=1, le=MAX_COUNT, description="M: FedTAN rounds before BN stats freeze"
@@ -37,14 +41,18 @@ class FedTANIIConfig(AlgorithmSpec):
         return f"FedTAN-II (M={self.sync_rounds})"
 
 
-class FedBNConfig(AlgorithmSpec):
+class FedBNConfig(MethodConfig):
+    personalized: ClassVar[bool] = True
+    trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedBN"
     name: Literal["fedbn"] = "fedbn"
 
     def base_label(self) -> str:
         return "FedBN"
 
 
-class SiloBNConfig(AlgorithmSpec):
+class SiloBNConfig(MethodConfig):
+    personalized: ClassVar[bool] = True
+    trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:SiloBN"
     name: Literal["silobn"] = "silobn"
 
     def base_label(self) -> str:

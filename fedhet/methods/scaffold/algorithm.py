@@ -19,23 +19,17 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.engine import tensors
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult
 from fedhet.engine.local import effective_steps
 from fedhet.engine.tensors import Tensors
-from fedhet.methods.scaffold.config import ScaffoldConfig
+from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
 
 
-class Scaffold(Algorithm):
-    name = "scaffold"
-    revision = 1  # 1: momentum-aware control variates
-
-    Config = ScaffoldConfig
-
+class Scaffold(Trainer):
     def init_server_state(self, global_state: Tensors) -> Tensors:
         params = {k: v for k, v in global_state.items() if k in self.param_names}
         return tensors.zeros_like(params)
 
-    def download(self, server_state: Tensors) -> Tensors:
+    def download(self, round: int, server_state: Tensors) -> Tensors:
         return server_state
 
     def before_step(self, job: ClientJob, model: nn.Module) -> None:
@@ -80,10 +74,10 @@ class Scaffold(Algorithm):
         result.upload = delta
         return result
 
-    def aggregate(self, global_state, server_state, results, weights):
+    def aggregate(self, round, global_state, server_state, results, weights):
         sizes = self.setup.sizes
         total = sum(sizes)
         for r in results:
             for name, d in r.upload.items():
                 server_state[name].add_(d, alpha=sizes[r.client] / total)
-        return super().aggregate(global_state, server_state, results, weights)
+        return super().aggregate(round, global_state, server_state, results, weights)

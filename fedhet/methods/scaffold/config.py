@@ -6,10 +6,13 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.core.sections import OMIT_IF_DEFAULT, AlgorithmSpec
+from fedhet.core.sections import OMIT_IF_DEFAULT
+from fedhet.engine.description import MethodConfig
 
 
-class ScaffoldConfig(AlgorithmSpec):
+class ScaffoldConfig(MethodConfig):
+    revision: ClassVar[int] = 1  # 1: momentum-aware control variates
+    trainer: ClassVar[str | None] = "fedhet.methods.scaffold.algorithm:Scaffold"
     accepts_objectives: ClassVar[bool] = True
     name: Literal["scaffold"] = "scaffold"
     correction: Annotated[Literal["gradient", "after_step"], OMIT_IF_DEFAULT] = Field(

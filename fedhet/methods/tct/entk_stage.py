@@ -30,7 +30,6 @@ from fedhet.core.spec import Spec
 from fedhet.engine import tensors
 from fedhet.engine.progress import stage_progress
 from fedhet.engine.setup import TrainSetup, build_setup
-from fedhet.methods.tct.config import EntkSpec
 from fedhet.methods.tct.entk import (
     FeatureMoments,
     coordinate_mask,
@@ -38,14 +37,10 @@ from fedhet.methods.tct.entk import (
     reinit_head,
     trainable_parameter_count,
 )
+from fedhet.methods.tct.sections import EntkSpec
 from fedhet.models import build_model
 
-VERSION = 3  # 2: im2col/batch-last gather; 3: grouped-conv whole gradients (float32 rounding)
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
-
-
-def entk_node(bootstrap: StageNode, config: EntkSpec) -> StageNode:
-    return StageNode("entk", VERSION, config.model_dump(mode="json"), {"bootstrap": bootstrap})
 
 
 def convexified_model(spec: Spec, setup: TrainSetup, bootstrap: zarr.Group, seed: int) -> nn.Module:

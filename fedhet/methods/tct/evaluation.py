@@ -14,7 +14,7 @@ import zarr
 from torch import Tensor
 
 from fedhet.core.errors import InputError
-from fedhet.engine.algorithm import ModelChoice
+from fedhet.engine.description import ModelChoice
 from fedhet.methods.tct.regress_stage import fit_quality, load_splits
 from fedhet.methods.tct.regression import predict
 from fedhet.metrics.accuracy import Scores, class_accuracies

@@ -33,25 +33,19 @@ import torch
 import zarr
 from torch import Tensor
 
-from fedhet.core import registry
 from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.engine import tensorboard
 from fedhet.engine.loop import METRICS, write_metrics
 from fedhet.engine.progress import stage_progress
-from fedhet.methods.tct.config import Stage2Spec
 from fedhet.methods.tct.least_squares import linear_map
 from fedhet.methods.tct.regression import centered_one_hot, solve
+from fedhet.methods.tct.sections import Stage2Spec
 from fedhet.metrics.summary import summarize
 
-VERSION = 3  # 2: closed-form float64 solver; 3: per-round products in float32 (rounding level)
 BYTES_PER_VALUE = 4  # W and b travel in float32
 STAGE1_COSTS = ("bytes_up", "bytes_down", "comm_rounds", "wall_time")
 METRIC_NAMES = (*METRICS, "train_accuracy")
-
-
-def regress_node(entk: StageNode, config: Stage2Spec) -> StageNode:
-    return StageNode("regress", VERSION, config.model_dump(mode="json"), {"entk": entk})
 
 
 @dataclass
@@ -201,7 +195,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     out.create_array("linear/best/bias", data=best_bias.numpy())
     events = tensorboard.live_writer(ctx, first_round=0)
     if events is not None:
-        rates = registry.algorithm(ctx.spec.algorithm.name).learning_rates(ctx.spec)
+        rates = ctx.spec.algorithm.learning_rates(ctx.spec)
         with events:
             events.write_rounds(metrics, rates)
     out.attrs.update(

@@ -1,5 +1,5 @@
 """VHL's spec block, `algorithm: {..., vhl: {...}}`: the variant, the virtual data's generator
-and the weights of the objective's terms."""
+and the weights of the objective's terms; and what it plans (the `virtual` stage's node)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from fedhet.core.errors import InputError
+from fedhet.core.pipeline import StageNode
 from fedhet.core.sections import MAX_CLASSES, MAX_COUNT, MAX_LAYERS, MAX_SEED, MAX_WIDTH, Section
+from fedhet.core.spec import Spec
+from fedhet.data.shapes import DATA_SHAPES
+from fedhet.engine.description import ObjectiveConfig
 
 
 class _GeneratorSpec(Section):
@@ -60,7 +64,7 @@ GeneratorSpec = Annotated[StyleGAN2Spec | NoiseSpec | ConvSpec, Field(discrimina
 _VARIANT_LABELS = {"vhl": "VHL", "naive": "naive VHL", "vfa": "VFA"}
 
 
-class VHLSpec(Section):
+class VHLSpec(ObjectiveConfig):
     variant: Literal["vhl", "naive", "vfa"] = "vhl"
     generator: GeneratorSpec = StyleGAN2Spec()
     classes: int | None = Field(
@@ -101,6 +105,17 @@ class VHLSpec(Section):
     def uses_images(self) -> bool:
         return self.variant != "vfa"
 
+    def upstream(self, spec: Spec) -> dict[str, StageNode]:
+        """The virtual dataset, when the variant trains on virtual images."""
+        return {"virtual": virtual_node(self, spec)} if self.uses_images else {}
+
+    def extra_outputs(self, num_classes: int) -> int:
+        """Outputs the model needs beyond the natural classes (0 unless virtual labels are
+        extra)."""
+        if not self.uses_images or self.labels == "shared":
+            return 0
+        return virtual_classes(self, num_classes)
+
     def label(self) -> str:
         label = _VARIANT_LABELS[self.variant]
         if self.uses_images and self.generator.kind != "stylegan2":
@@ -121,8 +136,18 @@ def virtual_classes(config: VHLSpec, natural_classes: int) -> int:
     return classes
 
 
-def extra_outputs(config: VHLSpec | None, natural_classes: int) -> int:
-    """Outputs the model needs beyond the natural classes (0 unless virtual labels are extra)."""
-    if config is None or not config.uses_images or config.labels == "shared":
-        return 0
-    return virtual_classes(config, natural_classes)
+VIRTUAL_VERSION = 1  # the `virtual` stage's format (computed by fedhet.methods.vhl.virtual_stage)
+
+
+def virtual_config(config: VHLSpec, spec: Spec) -> dict:
+    shape, natural_classes = DATA_SHAPES[spec.data.dataset]
+    return {
+        "generator": config.generator.model_dump(mode="json"),
+        "classes": virtual_classes(config, natural_classes),
+        "shape": list(shape),
+        "seed": config.seed if config.seed is not None else spec.seed,
+    }
+
+
+def virtual_node(config: VHLSpec, spec: Spec) -> StageNode:
+    return StageNode("virtual", VIRTUAL_VERSION, virtual_config(config, spec))

@@ -4,7 +4,8 @@ The key holds only what determines the images: the generator config, the seed, t
 virtual classes and the natural data's image shape. So every run with the same generator
 config shares one artifact, whatever its partition, federation or algorithm. The artifact
 holds `images` (N x C x H x W float32, class-major, standardized per channel) and `labels`
-(N int64 virtual class indices 0..C_v-1).
+(N int64 virtual class indices 0..C_v-1). Its node is planned by
+fedhet.methods.vhl.config (virtual_node).
 """
 
 from __future__ import annotations
@@ -17,34 +18,8 @@ import zarr
 from pydantic import TypeAdapter
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
-from fedhet.core.spec import Spec
-from fedhet.data.shapes import DATA_SHAPES
-from fedhet.methods.vhl.config import GeneratorSpec, VHLSpec, virtual_classes
+from fedhet.methods.vhl.config import GeneratorSpec
 from fedhet.methods.vhl.generators import generate
-
-VERSION = 1
-
-
-def virtual_config(config: VHLSpec, spec: Spec) -> dict:
-    shape, natural_classes = DATA_SHAPES[spec.data.dataset]
-    return {
-        "generator": config.generator.model_dump(mode="json"),
-        "classes": virtual_classes(config, natural_classes),
-        "shape": list(shape),
-        "seed": config.seed if config.seed is not None else spec.seed,
-    }
-
-
-def virtual_node(config: VHLSpec, spec: Spec) -> StageNode:
-    return StageNode("virtual", VERSION, virtual_config(config, spec))
-
-
-def virtual_upstream(spec: Spec) -> dict[str, StageNode]:
-    """{"virtual": node} when the run's algorithm trains on virtual images, else {}."""
-    config = getattr(spec.algorithm, "vhl", None)
-    if config is None or not config.uses_images:
-        return {}
-    return {"virtual": virtual_node(config, spec)}
 
 
 @stage("virtual")

@@ -1,13 +1,10 @@
-"""A broken plug-in: its algorithm's config is not a fedhet AlgorithmSpec."""
+"""A broken plug-in: its algorithm's config is not a fedhet MethodConfig."""
 
-from fedhet.core.registry import AlgorithmEntry, Method
+from fedhet.core.registry import Method
 
 
 class NotASpec:
     name = "badconfig"
 
 
-METHOD = Method(
-    "badconfig",
-    algorithms=(AlgorithmEntry(NotASpec, "fedhet_broken_config.plugin:NotASpec"),),
-)
+METHOD = Method("badconfig", configs=(NotASpec,))

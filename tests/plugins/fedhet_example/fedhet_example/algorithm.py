@@ -3,26 +3,14 @@
 
 import math
 
-from fedhet.core.pipeline import StageNode
-from fedhet.core.spec import Spec
-from fedhet.engine.algorithm import Algorithm, ClientResult
 from fedhet.engine.tensors import Tensors
-from fedhet.engine.train_plan import train_node
-from fedhet_example.plugin import SkewAvgConfig
-from fedhet_example.stage import label_skew_node
+from fedhet.engine.trainer import ClientResult, Trainer
 
 
-class SkewAvg(Algorithm):
-    name = "skewavg"
-    Config = SkewAvgConfig
-
-    @classmethod
-    def plan(cls, spec: Spec) -> StageNode:
-        # the train stage hands the label_skew artifact over as setup.extras["label_skew"]
-        return train_node(spec, label_skew=label_skew_node(spec))
-
+class SkewAvg(Trainer):
     def aggregate(
         self,
+        round: int,
         global_state: Tensors,
         server_state: Tensors,
         results: list[ClientResult],
@@ -34,4 +22,5 @@ class SkewAvg(Algorithm):
             for r, w in zip(results, weights, strict=True)
         ]
         total = sum(damped)
-        return super().aggregate(global_state, server_state, results, [w / total for w in damped])
+        damped = [w / total for w in damped]
+        return super().aggregate(round, global_state, server_state, results, damped)

@@ -1,25 +1,31 @@
-"""What fedhet loads through the `fedhet.methods` entry point: the method, its spec block and
-where its code lives. Light on purpose (no torch): validating a spec imports only this."""
+"""What fedhet loads through the `fedhet.methods` entry point: the method and its spec block,
+which plans its runs and names where its trainer lives. Light on purpose (no torch): validating
+and planning a spec import only this."""
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.core.registry import AlgorithmEntry, Method
-from fedhet.core.sections import AlgorithmSpec
+from fedhet.core.pipeline import StageNode
+from fedhet.core.registry import Method
+from fedhet.core.spec import Spec
+from fedhet.engine.description import MethodConfig
+from fedhet.engine.train_plan import train_node
+from fedhet_example.stage import label_skew_node
 
 
-class SkewAvgConfig(AlgorithmSpec):
+class SkewAvgConfig(MethodConfig):
     """`algorithm: {name: skewavg, temperature: 1.0}`."""
 
+    trainer: ClassVar[str | None] = "fedhet_example.algorithm:SkewAvg"
     name: Literal["skewavg"] = "skewavg"
     temperature: float = Field(
         1.0, ge=0, description="how strongly label-skewed clients are down-weighted; 0 is FedAvg"
     )
 
+    def plan(self, spec: Spec) -> StageNode:
+        # the train stage hands the label_skew artifact over as setup.extras["label_skew"]
+        return train_node(spec, label_skew=label_skew_node(spec))
 
-METHOD = Method(
-    "skewavg",
-    algorithms=(AlgorithmEntry(SkewAvgConfig, "fedhet_example.algorithm:SkewAvg"),),
-    stages=("fedhet_example.stage",),
-)
+
+METHOD = Method("skewavg", configs=(SkewAvgConfig,), stages=("fedhet_example.stage",))

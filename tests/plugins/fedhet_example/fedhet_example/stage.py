@@ -12,7 +12,7 @@ import zarr
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.spec import Spec
-from fedhet.data.partition_stage import partition_node
+from fedhet.data.partition_plan import partition_node
 
 VERSION = 1
 

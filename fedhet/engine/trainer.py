@@ -1,16 +1,16 @@
-"""The algorithm interface. The base class is FedAvg; every method overrides only what differs.
+"""The trainer: the federated training of a method. The base class is FedAvg; every method's
+trainer overrides only what differs. (What a method plans before training is its config's,
+fedhet.engine.description.MethodConfig.)
 
-An algorithm is a few functions over explicit state:
+A trainer is a few functions over explicit state:
 - `init_server_state(global_state)`: extra server-side tensors (e.g. SCAFFOLD's control);
 - `client_update(job)`: local training from the global state, returning a `ClientResult`;
-- `aggregate(global_state, server_state, results, weights)`: the new global state;
+- `aggregate(round, global_state, server_state, results, weights)`: the new global state;
 - hooks: `local_loss` (the local objective), `before_step` (gradient rewriting), `after_step`
   (parameter rewriting after each optimizer step),
   `synchronized_first_step` (a lockstep step across the round's clients, returning the
   `Traffic` it adds), `download`/`shared` (what crosses the network, for accounting),
-  `evaluation_states` (personalized models to evaluate), `build_model` and `plan` (extra stages),
-  `learning_rates` (per round, for TensorBoard) and `score_artifact` (eval of a final artifact
-  that holds no network).
+  `evaluation_states` (personalized models to evaluate) and `build_model`.
 The engine owns the round loop, sampling, evaluation, metrics and checkpoints.
 """
 
@@ -19,34 +19,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from torch import nn
 
-from fedhet.core import registry
-from fedhet.core.spec import AlgorithmSpec, Spec
 from fedhet.data.clients import ClientData
 from fedhet.engine import objectives, tensors
+from fedhet.engine.description import MethodConfig
 from fedhet.engine.local import (
     LocalStats,
     batch_schedule,
     local_sgd,
     num_local_steps,
-    round_lr,
     sgd,
 )
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
-from fedhet.engine.train_plan import train_node
-
-if TYPE_CHECKING:
-    import zarr
-
-    from fedhet.core.pipeline import RunContext, StageNode
-    from fedhet.metrics.accuracy import Scores
-
-ModelChoice = Literal["final", "best"]
 
 
 @dataclass
@@ -82,41 +70,13 @@ class Traffic:
     rounds: int = 0  # extra server-client round trips
 
 
-class Algorithm:
-    name: ClassVar[str] = "fedavg"
-    # True when evaluation_states are the clients' own models: their states are then stored
-    personalized: ClassVar[bool] = False
-    # Raised when a change alters an algorithm's results, so its stored runs are recomputed
-    # (0, the default, adds nothing to the key: runs from before revisions existed stay valid)
-    revision: ClassVar[int] = 0
-
-    class Config(AlgorithmSpec):
-        name: str = "fedavg"
-
-    def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
+class Trainer:
+    def __init__(self, config: MethodConfig, setup: TrainSetup):
         self.config = config
         self.setup = setup
         self.fed = setup.spec.federation
 
-    # --- planning and model -------------------------------------------------------------
-
-    @classmethod
-    def plan(cls, spec: Spec) -> StageNode:
-        return train_node(spec)
-
-    @classmethod
-    def learning_rates(cls, spec: Spec) -> list[float]:
-        """The learning rate of each round of the run's stored metrics."""
-        return [round_lr(spec.federation, r) for r in range(spec.federation.rounds)]
-
-    @classmethod
-    def score_artifact(
-        cls, ctx: RunContext, node: StageNode, artifact: zarr.Group, model: ModelChoice
-    ) -> Scores | None:
-        """Scores of the `model` that the run's final artifact holds, for a method whose final
-        artifact holds no network (TCT's linear model); None: a `train` artifact, whose
-        network `fedhet eval` scores itself."""
-        return None
+    # --- model --------------------------------------------------------------------------
 
     @cached_property
     def param_names(self) -> frozenset[str]:
@@ -128,7 +88,7 @@ class Algorithm:
 
         ds = self.setup.dataset
         spec = self.setup.spec
-        outputs = ds.num_classes + objectives.extra_outputs(self.config, ds.num_classes)
+        outputs = ds.num_classes + self.config.extra_outputs(ds.num_classes)
         return build_model(spec.model, ds.shape, outputs, spec.seed)
 
     @cached_property
@@ -145,12 +105,14 @@ class Algorithm:
         """The part of a model state that crosses the network (all of it by default)."""
         return state
 
-    def download(self, server_state: Tensors) -> Tensors:
-        """Extra tensors the server sends each sampled client besides the model."""
+    def download(self, round: int, server_state: Tensors) -> Tensors:
+        """Extra tensors the server sends each sampled client in round `round` besides the
+        model."""
         return {}
 
     def aggregate(
         self,
+        round: int,
         global_state: Tensors,
         server_state: Tensors,
         results: list[ClientResult],
@@ -210,8 +172,3 @@ class Algorithm:
             after_step=lambda m: self.after_step(job, m),
         )
         return ClientResult(job.client.id, tensors.clone(model.state_dict()), job.client.n, stats)
-
-
-def make_algorithm(spec: Spec, setup: TrainSetup) -> Algorithm:
-    """The spec's algorithm (a registered plug-in) over `setup`."""
-    return registry.algorithm(spec.algorithm.name)(spec.algorithm, setup)

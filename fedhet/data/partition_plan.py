@@ -1,0 +1,18 @@
+"""The `partition` stage's node, known without loading data (planning imports no torch);
+fedhet.data.partition_stage computes the artifact."""
+
+from __future__ import annotations
+
+from fedhet.core.pipeline import StageNode
+from fedhet.core.spec import Spec
+
+VERSION = 1
+
+
+def partition_node(spec: Spec) -> StageNode:
+    config = {
+        "dataset": spec.data.dataset,
+        "partition": spec.partition.model_dump(mode="json"),
+        "seed": spec.seed,
+    }
+    return StageNode("partition", VERSION, config)

@@ -1,0 +1,104 @@
+"""A method's description: its validated config, which also plans its runs.
+
+The `algorithm:` block of a spec is validated into the method's `MethodConfig`, and that object
+answers every question asked of a method before training: the stages a run needs (`plan`), the
+learning rate of each round, the score of a final artifact that holds no network, and where the
+code that trains it lives (`trainer`, imported on first use by `trainer_class`). Nothing here
+imports torch, so validating, planning and reporting never load it.
+
+An objective wrapper (VHL) describes itself the same way: its config, an `ObjectiveConfig`,
+plans the stages and extra model outputs it adds to whichever method it is composed into.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from fedhet.core.errors import InputError, RunError
+from fedhet.core.sections import AlgorithmSpec, Section
+from fedhet.engine.schedule import round_lr
+from fedhet.engine.train_plan import train_node
+
+if TYPE_CHECKING:
+    import zarr
+
+    from fedhet.core.pipeline import RunContext, StageNode
+    from fedhet.core.spec import Spec
+    from fedhet.metrics.accuracy import Scores
+
+ModelChoice = Literal["final", "best"]
+
+
+class ObjectiveConfig(Section):
+    """Base of an objective wrapper's config: what the wrapper adds to a run's plan."""
+
+    def upstream(self, spec: Spec) -> dict[str, StageNode]:
+        """Stages the objective needs before training (role -> node)."""
+        return {}
+
+    def extra_outputs(self, num_classes: int) -> int:
+        """Model outputs the objective needs beyond the dataset's classes."""
+        return 0
+
+
+class MethodConfig(AlgorithmSpec):
+    """Base of every method's config; the defaults are FedAvg's."""
+
+    # Raised when a change alters a method's results, so its stored runs are recomputed
+    # (0, the default, adds nothing to the key: runs from before revisions existed stay valid)
+    revision: ClassVar[int] = 0
+    # True when the trainer's evaluation_states are the clients' own models: they are then stored
+    personalized: ClassVar[bool] = False
+    # "package.module:Class" of the method's trainer; None: no federated training of its own
+    trainer: ClassVar[str | None] = "fedhet.engine.trainer:Trainer"
+
+    def plan(self, spec: Spec) -> StageNode:
+        """The run's final stage node, its upstream stages beneath it."""
+        return train_node(spec)
+
+    def learning_rates(self, spec: Spec) -> list[float]:
+        """The learning rate of each round of the run's stored metrics."""
+        return [round_lr(spec.federation, r) for r in range(spec.federation.rounds)]
+
+    def score_artifact(
+        self, ctx: RunContext, node: StageNode, artifact: zarr.Group, model: ModelChoice
+    ) -> Scores | None:
+        """Scores of the `model` that the run's final artifact holds, for a method whose final
+        artifact holds no network (TCT's linear model); None: a `train` artifact, whose
+        network `fedhet eval` scores itself."""
+        return None
+
+    def objectives(self) -> list[ObjectiveConfig]:
+        """The configs of the objective wrappers turned on (at most one trains)."""
+        found = (getattr(self, field) for field in self.objective_fields)
+        return [config for config in found if config is not None]
+
+    def objective_upstream(self, spec: Spec) -> dict[str, StageNode]:
+        """The stages the active objectives need before training (VHL: its virtual dataset)."""
+        nodes: dict[str, StageNode] = {}
+        for config in self.objectives():
+            nodes.update(config.upstream(spec))
+        return nodes
+
+    def extra_outputs(self, num_classes: int) -> int:
+        """Model outputs the active objectives need beyond the dataset's classes."""
+        return sum(config.extra_outputs(num_classes) for config in self.objectives())
+
+    def trainer_class(self) -> type[Any]:
+        """The class that trains this method (`fedhet.engine.trainer.Trainer` or a subclass)."""
+        if self.trainer is None:
+            raise InputError(f"algorithm.name: {self.name!r} has no federated training of its own")
+        return _import_trainer(self.name, self.trainer)
+
+
+@cache
+def _import_trainer(name: str, path: str) -> type[Any]:
+    module, _, attribute = path.partition(":")
+    try:
+        return getattr(import_module(module), attribute)
+    except Exception as err:  # a plug-in's code failing to import is the plug-in's failure
+        raise RunError(
+            f"algorithm {name!r}: cannot import its trainer {path}: {type(err).__name__}: {err}"
+        ) from err
