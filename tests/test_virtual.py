@@ -104,14 +104,22 @@ def test_bad_requests_are_input_errors(kind, options, shape):
         generate(kind, 2, 2, shape, 0, **options)
 
 
-def test_save_grid_writes_a_png_with_one_row_per_class(tmp_path):
-    images, labels = _small("noise", seed=0, shape=(3, 16, 16), per_class=5)
+def test_save_grid_draws_one_labelled_row_per_class_large_enough_to_read(tmp_path):
+    # three classes of flat images: black, mid-grey and white after min-max scaling
+    labels = torch.arange(3).repeat_interleave(5)
+    images = (labels.float() / 2)[:, None, None, None].expand(15, 1, 16, 16).clone()
     path = tmp_path / "sub" / "grid.png"
     save_grid(images, labels, path, per_class=4)
     with Image.open(path) as png:
         assert png.format == "PNG"
-        # make_grid pads 2 pixels around every tile
-        assert png.size == (4 * (16 + 2) + 2, 3 * (16 + 2) + 2)
+        pixels = np.asarray(png.convert("L"), dtype=int)
+    height, width = pixels.shape
+    assert width >= 4 * 100 and height >= 3 * 100  # tiles of at least ~100 px
+    rows_black = np.nonzero((pixels == 0).sum(axis=1) > 0.3 * width)[0]
+    rows_grey = np.nonzero((abs(pixels - 128) <= 2).sum(axis=1) > 0.3 * width)[0]
+    assert rows_black.size > 100 and rows_grey.size > 100  # (tile frames are black lines too)
+    assert np.median(rows_black) < rows_grey.min()  # class 0's row above class 1's
+    assert np.median(rows_black) < height / 3 < np.median(rows_grey) < 2 * height / 3
 
 
 # --- StyleGAN2 building blocks ----------------------------------------------------------

@@ -218,7 +218,12 @@ PARTITION_COLUMNS = [
 def partition(
     path: SpecPath,
     overrides: OverridesArg = None,
-    plot: Annotated[Path | None, typer.Option(help="write a clients x classes heatmap PNG")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="write a clients x classes heatmap, a panel per partition (.png/.svg/.pdf)"
+        ),
+    ] = None,
     fmt: FormatOpt = Format.table,
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
@@ -228,10 +233,13 @@ def partition(
     from fedhet.core.pipeline import RunContext, ensure
     from fedhet.data.partition import empty_clients_note, summary_rows
     from fedhet.data.partition_stage import load_partition
+    from fedhet.figures import figure_format, partition_heatmaps
     from fedhet.runs import runs_of
 
     st = ArtifactStore(store)
-    seen, flat = set(), []
+    seen, flat, heatmaps = set(), [], {}
+    if plot is not None:
+        figure_format(plot, "--plot")  # before anything is computed
     for run in runs_of(spec):
         node = next(n for n in run.node.walk() if n.stage == "partition")
         if node.key in seen:
@@ -249,12 +257,10 @@ def partition(
         note = empty_clients_note([row["size"] for row in rows])
         if note:
             (err if for_programs else out).print(note)
-        if plot is not None:
-            from fedhet.reports.plots import partition_heatmap
-
-            target = plot if len(seen) == 1 else plot.with_stem(f"{plot.stem}-{node.key[:8]}")
-            partition_heatmap(part.histogram, target, title=labels[node.key])
-            (err if for_programs else out).print(f"wrote {target}")
+        heatmaps[labels[node.key]] = part.histogram
+    if plot is not None:
+        partition_heatmaps(heatmaps, plot, [figure_format(plot, "--plot")])
+        (err if fmt in (Format.csv, Format.json) else out).print(f"wrote {plot}")
     if flat:
         keys = [Column("partition", "partition"), Column("key", "key"), *PARTITION_COLUMNS]
         show(out, flat, keys, fmt)

@@ -22,8 +22,8 @@ from fedhet.core import provenance
 from fedhet.core.errors import DivergedError
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
+from fedhet.figures import Curve, metric_curves
 from fedhet.metrics.summary import rounds_to_reach
-from fedhet.reports.plots import metric_curves
 from fedhet.runs import Run, result, result_row, stored_metrics
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
@@ -219,18 +219,22 @@ def per_seed_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def mean_curves(rows: list[dict], metric: str) -> dict[str, dict[str, np.ndarray]]:
-    """curves[setting][algorithm] = the metric per round, averaged over the group's seeds."""
+def seed_curves(rows: list[dict], metric: str) -> dict[str, dict[str, Curve]]:
+    """curves[setting][algorithm] = the metric per round over the group's seeds (mean and
+    standard deviation of the seeds measured in that round)."""
     rounds = max(len(r["metrics"][metric]) for r in rows)
-    curves: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+    curves: dict[str, dict[str, Curve]] = defaultdict(dict)
     with warnings.catch_warnings():  # a metric a method does not measure is all NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         for (algorithm, setting), group in cells(rows).items():
-            padded = [  # a diverged run's curve ends early: NaN after its end
-                np.pad(v, (0, rounds - len(v)), constant_values=np.nan)
-                for v in (r["metrics"][metric] for r in group)
-            ]
-            curves[setting][algorithm] = np.nanmean(np.stack(padded), axis=0)
+            stacked = np.stack(
+                [  # a diverged run's curve ends early: NaN after its end
+                    np.pad(v, (0, rounds - len(v)), constant_values=np.nan)
+                    for v in (r["metrics"][metric] for r in group)
+                ]
+            )
+            mean, std = np.nanmean(stacked, axis=0), np.nanstd(stacked, axis=0)
+            curves[setting][algorithm] = Curve(mean, std, len(group))
     return dict(curves)
 
 
@@ -256,7 +260,7 @@ def write_report(
     rows = collect(runs, store, console or Console(stderr=True), train)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, png = out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.png"
-    metric_curves({label: mean_curves(rows, m) for m, label in CURVES.items()}, png, spec.name)
+    metric_curves({label: seed_curves(rows, m) for m, label in CURVES.items()}, png, spec.name)
     header = (
         f"# {spec.name}\n\n{spec.description.strip()}\n\n"
         f"Best test accuracy (%): mean ± standard deviation over seeds (np.std, ddof=0; no ± for "

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torchvision.utils import save_image
 
 from fedhet.core.errors import InputError
 from fedhet.methods.vhl.stylegan2 import StyleGAN2Config, StyleGAN2Generator
@@ -258,14 +257,11 @@ def generate(
 
 
 def save_grid(images: Tensor, labels: Tensor, path: str | Path, per_class: int = 8) -> None:
-    """PNG grid: one row per class (ascending label), its first `per_class` images, min-max
-    scaled over the grid. Rows are cut to the smallest class's count if it has fewer."""
-    classes = torch.unique(labels)
-    if len(classes) == 0:
+    """A labelled grid: one row per class (ascending label), its first `per_class` images."""
+    if len(labels) == 0:
         raise InputError("save_grid: no images to draw; pass a non-empty virtual dataset")
-    rows = [images[labels == label] for label in classes]
-    columns = min(per_class, *(len(row) for row in rows))
-    grid = torch.cat([row[:columns] for row in rows])
+    from fedhet.figures import figure_format, image_grid  # matplotlib only when drawing
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_image(grid, path, nrow=columns, normalize=True, format="png")
+    formats = [figure_format(path, "--grid")]
+    image_grid(images.numpy(), labels.numpy(), path, per_class, "virtual images", formats)
