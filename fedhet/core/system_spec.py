@@ -25,30 +25,33 @@ from pydantic_core import PydanticCustomError
 from fedhet.core.sections import MAX_COUNT, MAX_FACTOR, Section
 
 
-class IntRange(Section):
-    """Integers uniform on low..high, both included."""
+class Range(Section):
+    """Uniform on low..high: the integers from low to high for an IntRange, else the reals in
+    [low, high)."""
 
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Range:
+        if self.low > self.high:
+            raise ValueError(f"low={self.low} exceeds high={self.high}; swap them")
+        return self
+
+
+class IntRange(Range):
     low: int = Field(ge=1, le=MAX_COUNT)
     high: int = Field(ge=1, le=MAX_COUNT)
 
-    @model_validator(mode="after")
-    def _ordered(self) -> IntRange:
-        if self.low > self.high:
-            raise ValueError(f"low={self.low} exceeds high={self.high}; swap them")
-        return self
+
+class ProbabilityRange(Range):
+    low: float = Field(ge=0, le=1)
+    high: float = Field(gt=0, le=1)
 
 
-class RateRange(Section):
-    """Reals uniform on [low, high)."""
-
-    low: float = Field(ge=0, le=MAX_FACTOR)
+class SpeedRange(Range):
+    low: float = Field(gt=0, le=MAX_FACTOR)
     high: float = Field(gt=0, le=MAX_FACTOR)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> RateRange:
-        if self.low > self.high:
-            raise ValueError(f"low={self.low} exceeds high={self.high}; swap them")
-        return self
 
 
 def _shape(value: Any) -> str:
@@ -71,7 +74,7 @@ def _one_line(value: Any, handler: Any) -> Any:
         raise PydanticCustomError("distribution", "{msg}", {"msg": msg}) from None
 
 
-def _distribution(number: Any, range_: type[Section], choice: Any) -> Any:
+def _distribution(number: Any, range_: type[Range], choice: Any) -> Any:
     """A constant `number`, a `range_` mapping, or a non-empty list of `choice` values."""
     union = (
         Annotated[number, Tag("value")]
@@ -88,8 +91,8 @@ Speed = Annotated[float, Field(gt=0, le=MAX_FACTOR)]
 
 EpochsDistribution = _distribution(Epochs, IntRange, Epochs)
 StepsDistribution = _distribution(Steps, IntRange, Steps)
-ProbabilityDistribution = _distribution(Probability, RateRange, Probability)
-SpeedDistribution = _distribution(Speed, RateRange, Speed)
+ProbabilityDistribution = _distribution(Probability, ProbabilityRange, Probability)
+SpeedDistribution = _distribution(Speed, SpeedRange, Speed)
 
 
 class SystemSpec(Section):

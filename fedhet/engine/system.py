@@ -18,7 +18,7 @@ import numpy as np
 
 from fedhet.core.rng import numpy_rng
 from fedhet.core.spec import FederationSpec
-from fedhet.core.system_spec import IntRange, RateRange, SystemSpec
+from fedhet.core.system_spec import IntRange, Range, SystemSpec
 
 # (seed, round, candidates, per_round) -> the sampled clients (the engine's `sample_holders`)
 Sampler = Callable[[int, int, list[int], int], list[int]]
@@ -57,7 +57,7 @@ def draw(distribution: Any, rng: np.random.Generator) -> float:
     """One value of a `federation.system` distribution: a constant, a range or a choice."""
     if isinstance(distribution, IntRange):
         return int(rng.integers(distribution.low, distribution.high, endpoint=True))
-    if isinstance(distribution, RateRange):
+    if isinstance(distribution, Range):
         return float(rng.uniform(distribution.low, distribution.high))
     if isinstance(distribution, list):
         return distribution[int(rng.integers(len(distribution)))]
