@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from fedhet.core import registry
@@ -32,6 +32,7 @@ from fedhet.core.sections import (
     AlgorithmSpec,
     Section,
 )
+from fedhet.core.system_spec import SystemSpec, absent_when_default
 
 # --- data -------------------------------------------------------------------------------
 
@@ -280,6 +281,9 @@ class FederationSpec(Section):
     )
     momentum: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
+    system: Annotated[SystemSpec | None, OMIT_IF_DEFAULT, AfterValidator(absent_when_default)] = (
+        Field(None, description="system heterogeneity: local work, availability, stragglers")
+    )
 
     @model_validator(mode="after")
     def _one_participation_and_one_duration(self) -> FederationSpec:
@@ -287,6 +291,12 @@ class FederationSpec(Section):
             raise ValueError("set either clients_per_round or fraction, not both")
         if self.local_steps is not None and self.local_epochs not in (None, 1):
             raise ValueError("set either local_epochs or local_steps, not both")
+        if self.system is not None and self.system.sets_local_work():
+            if self.local_steps is not None or self.local_epochs not in (None, 1):
+                raise ValueError(
+                    "system.local_epochs/local_steps replace federation's; set the local work "
+                    "in one place"
+                )
         if self.local_steps is None and self.local_epochs is None:
             raise ValueError("set local_epochs or local_steps to say how long clients train")
         return self
