@@ -187,3 +187,14 @@ def test_counting_rounds_and_reading_metrics_never_import_torch(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_save_after_another_writers_save_starts_a_whole_chain(tmp_path):
+    folder = tmp_path / "partial"
+    first, other = Checkpoints(folder), Checkpoints(folder)
+    states = {cid: control(cid) for cid in range(5)}
+    first.save(run_state(1, states))
+    other.save(run_state(2, states | {1: control(11)}))  # removes the deltas `first` listed
+    states = states | {3: control(33)}
+    first.save(run_state(3, states))
+    assert_clients_equal(Checkpoints(folder).latest().client_states, states)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -190,7 +190,8 @@ class Checkpoints:
         states, before = state.client_states, self._saved
         touched = {c: s for c, s in states.items() if before.states.get(c) is not s}
         chain, rows = before.deltas, before.rows + len(touched)
-        if not before.states.keys() <= states.keys() or rows > 2 * len(states):
+        lost = not all((self.folder / name).is_dir() for name in chain)  # another writer's save
+        if lost or not before.states.keys() <= states.keys() or rows > 2 * len(states):
             touched, chain, rows = states, [], len(states)  # a new chain from a full table
         if touched:
             name = f"clients-{state.round:06d}-{uuid.uuid4().hex[:8]}.zarr"
@@ -198,7 +199,7 @@ class Checkpoints:
             chain = [*chain, name]
         return _Saved(chain, rows, dict(states))
 
-    def _publish(self, final: Path, write) -> None:
+    def _publish(self, final: Path, write: Callable[[zarr.Group], None]) -> None:
         tmp = self.folder / f".tmp-{final.name}"
         write(zarr.open_group(tmp, mode="w"))
         tmp.rename(final)
