@@ -44,6 +44,7 @@ $(REPORTS): report-%: install
 
 bench: install
 	$(BIN)/python -m benchmarks.engine_overhead
+	$(BIN)/python -m benchmarks.checkpoint_cost
 	$(BIN)/python -m benchmarks.entk_speed
 	$(BIN)/python -m benchmarks.stage2_speed
 	$(BIN)/python -m benchmarks.sweep_throughput

@@ -16,7 +16,8 @@ from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
 from fedhet.engine.local import effective_steps
-from fedhet.engine.loop import Checkpoints, Engine, RunState, evaluate
+from fedhet.engine.loop import Engine, evaluate
+from fedhet.engine.run_format import Checkpoints, RunState
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.trainer import Trainer
 from fedhet.models import build_model

@@ -23,7 +23,8 @@ from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.data.partition_plan import partition_node
 from fedhet.engine.local import batch_schedule
-from fedhet.engine.loop import Checkpoints, Engine, sample_clients, sample_holders
+from fedhet.engine.loop import Engine, sample_clients, sample_holders
+from fedhet.engine.run_format import Checkpoints
 from fedhet.engine.setup import build_setup
 from fedhet.reports.evaluation import evaluate_run
 from fedhet.runs import execute, runs_of, stored_metrics

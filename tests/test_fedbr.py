@@ -13,7 +13,8 @@ from fedhet.core.registry import configs
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import FederationSpec, ModelSpec, parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.engine.loop import Checkpoints, Engine
+from fedhet.engine.loop import Engine
+from fedhet.engine.run_format import Checkpoints
 from fedhet.engine.setup import build_setup
 from fedhet.engine.trainer import ClientJob, Trainer
 from fedhet.methods.fedbr.algorithm import (

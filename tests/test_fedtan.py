@@ -23,7 +23,8 @@ from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
 from fedhet.engine import tensors
 from fedhet.engine.local import batch_schedule
-from fedhet.engine.loop import METRICS, Checkpoints, Engine, RunState, evaluate
+from fedhet.engine.loop import Engine, evaluate
+from fedhet.engine.run_format import METRICS, Checkpoints, RunState
 from fedhet.engine.setup import TrainSetup
 from fedhet.methods.fedtan.algorithms import bn_state_names
 

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from fedhet.core.spec import Spec, parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.engine.loop import write_metrics
+from fedhet.engine.run_format import write_metrics
 from fedhet.reports.report import markdown_table, write_report
 from fedhet.runs import Run, runs_of
 

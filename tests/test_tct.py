@@ -20,7 +20,7 @@ from fedhet.core.pipeline import STAGES, StageNode
 from fedhet.core.spec import Spec, parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensors
-from fedhet.engine.loop import METRICS
+from fedhet.engine.run_format import METRICS
 from fedhet.engine.setup import build_setup
 from fedhet.methods.tct import entk_stage
 from fedhet.methods.tct.entk import entk_features_loop

@@ -216,7 +216,7 @@ def test_eval_of_a_personalized_run_scores_the_clients_own_models(
     (report,) = json.loads(out)
     (run,) = runs_of(load_spec(spec))
     group = ArtifactStore(tmp_path).open("train", run.node.key)
-    assert sorted(group["model"]["clients"].group_keys(), key=int) == ["0", "1", "2", "3"]
+    assert group["model"]["clients"]["ids"][:].tolist() == [0, 1, 2, 3]
     trained = float(group["metrics"]["test_accuracy"][-1])
     assert report["accuracy"] == pytest.approx(trained, abs=1e-6)
     assert len(report["per_client"]) == 4 and all(0 <= a <= 1 for a in report["per_client"])

@@ -3,7 +3,7 @@
 Every scheme is deterministic given the seed: all randomness comes from one
 np.random.default_rng(seed). Schemes may leave a client empty (e.g. dirichlet with a tiny
 alpha and min_samples=0); `min_samples` exists to prevent that. An empty client never trains
-(see fedhet.engine.algorithm.TrainSetup.holders); `empty_clients_note` announces it.
+(see fedhet.engine.setup.TrainSetup.holders); `empty_clients_note` announces it.
 """
 
 from __future__ import annotations

@@ -4,36 +4,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-import zarr
 from torch import nn
 
-from fedhet.core import interrupts
 from fedhet.core.errors import DivergedError, Interrupted
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.engine import tensors
 from fedhet.engine.executor import ClientExecutor, SequentialExecutor
 from fedhet.engine.local import Divergence
+from fedhet.engine.run_format import Checkpoints, RunState
 from fedhet.engine.schedule import round_lr
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import ClientJob, ClientResult, Traffic, Trainer
-
-METRICS = (
-    "test_accuracy",
-    "test_loss",
-    "train_loss",
-    "divergence",
-    "bytes_up",
-    "bytes_down",
-    "comm_rounds",  # server-client round trips: 1 (model exchange) + Traffic.rounds (FedTAN)
-    "wall_time",
-)
 
 
 @torch.no_grad()
@@ -70,116 +56,6 @@ def sample_holders(seed: int, round: int, holders: list[int], per_round: int) ->
     draw, so no round is short of clients; with every client a holder this is exactly
     `sample_clients(seed, round, len(holders), per_round)`."""
     return [holders[i] for i in sample_clients(seed, round, len(holders), per_round)]
-
-
-@dataclass
-class RunState:
-    """Everything a checkpoint holds; the run continues exactly from it."""
-
-    round: int  # rounds completed
-    global_state: Tensors
-    server_state: Tensors
-    client_states: dict[int, Tensors]
-    metrics: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
-    best_state: Tensors | None = None
-    best_accuracy: float = -1.0
-
-    def snapshot(self) -> RunState:
-        """A copy that later rounds leave alone: they replace tensors, never change them in
-        place, so copying the containers is enough."""
-        return replace(
-            self,
-            client_states=dict(self.client_states),
-            metrics={name: list(values) for name, values in self.metrics.items()},
-        )
-
-
-class Checkpoints:
-    """Run states saved as Zarr groups in the stage's partial area; the newest complete one wins."""
-
-    def __init__(self, folder: Path, device: torch.device):
-        self.folder, self.device = folder, device
-
-    def path(self, round: int) -> Path:
-        return self.folder / f"ckpt-{round:06d}.zarr"
-
-    def save(self, state: RunState) -> None:
-        final = self.path(state.round)
-        tmp = self.folder / f".tmp-{final.name}"
-        with interrupts.deferred():  # a checkpoint is written whole, or not at all
-            self.folder.mkdir(parents=True, exist_ok=True)
-            group = zarr.open_group(tmp, mode="w")
-            write_run_state(group, state)
-            tmp.rename(final)
-            for old in self.folder.glob("ckpt-*.zarr"):
-                if old != final:
-                    _rmtree(old)
-
-    def keep(self, state: RunState) -> None:
-        """Save `state` unless it is already saved."""
-        if not self.path(state.round).exists():
-            self.save(state)
-
-    def _newest(self) -> Path | None:
-        found = sorted(self.folder.glob("ckpt-*.zarr"))
-        return found[-1] if found else None
-
-    def latest(self) -> RunState | None:
-        newest = self._newest()
-        if newest is None:
-            return None
-        return read_run_state(zarr.open_group(newest, mode="r"), self.device)
-
-    def latest_round(self) -> int | None:
-        """Rounds completed by the newest checkpoint (None without one), without loading it."""
-        newest = self._newest()
-        return None if newest is None else int(zarr.open_group(newest, mode="r").attrs["round"])
-
-
-def _rmtree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def write_run_state(group: zarr.Group, state: RunState) -> None:
-    group.attrs.update({"round": state.round, "best_accuracy": state.best_accuracy})
-    write_metrics(group, state.metrics)
-    tensors.save(group, "global", state.global_state)
-    tensors.save(group, "server", state.server_state)
-    write_client_states(group, state.client_states)
-    if state.best_state is not None:
-        tensors.save(group, "best", state.best_state)
-
-
-def write_client_states(group: zarr.Group, client_states: dict[int, Tensors]) -> None:
-    clients = group.create_group("clients")
-    for cid, cstate in client_states.items():
-        tensors.save(clients, str(cid), cstate)
-
-
-def read_client_states(group: zarr.Group, device: torch.device) -> dict[int, Tensors]:
-    clients = group["clients"]
-    return {int(c): tensors.load(clients, c, device) for c in clients.group_keys()}
-
-
-def read_run_state(group: zarr.Group, device: torch.device) -> RunState:
-    metrics = {m: group["metrics"][m][:].tolist() for m in METRICS}
-    return RunState(
-        round=int(group.attrs["round"]),
-        global_state=tensors.load(group, "global", device),
-        server_state=tensors.load(group, "server", device),
-        client_states=read_client_states(group, device),
-        metrics=metrics,
-        best_state=tensors.load(group, "best", device) if "best" in group else None,
-        best_accuracy=float(group.attrs["best_accuracy"]),
-    )
-
-
-def write_metrics(group: zarr.Group, metrics: dict[str, list[float]]) -> None:
-    sub = group.create_group("metrics")
-    for name, values in metrics.items():
-        sub.create_array(name, data=np.asarray(values, dtype=np.float64))
 
 
 RoundCallback = Callable[[int, dict[str, float]], None]

@@ -2,7 +2,8 @@
 
 The artifact holds per-round metrics (`metrics/*`), the final and best global models
 (`model/final/*`, `model/best/*`), for algorithms with personalized models (FedBN, SiloBN) the
-clients' own entries (`model/clients/<id>/*`), and a summary in its attributes.
+clients' own entries (`model/clients/`, one table stacked over the clients, see
+fedhet.engine.run_format), and a summary in its attributes.
 Its node and key are planned by fedhet.engine.train_plan.
 """
 
@@ -10,21 +11,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 import zarr
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.data.partition import empty_clients_note
 from fedhet.engine import tensorboard, tensors
-from fedhet.engine.loop import Checkpoints, Engine, write_client_states, write_metrics
+from fedhet.engine.loop import Engine
+from fedhet.engine.run_format import Checkpoints, write_client_states, write_metrics
 from fedhet.engine.setup import build_setup
 from fedhet.metrics.summary import summarize
 
 
 def resume_point(node: StageNode, partial: Path) -> str | None:
     """Where a run with a checkpoint in `partial` goes on from, e.g. "from round 4 of 20"."""
-    done = Checkpoints(partial, torch.device("cpu")).latest_round()
+    done = Checkpoints(partial).latest_round()
     rounds = node.config["federation"]["rounds"]
     return None if done is None else f"from round {done + 1} of {rounds}"
 

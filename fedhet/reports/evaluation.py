@@ -14,7 +14,8 @@ from fedhet.core.pipeline import RunContext
 from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensors
 from fedhet.engine.description import ModelChoice
-from fedhet.engine.loop import evaluate, read_client_states
+from fedhet.engine.loop import evaluate
+from fedhet.engine.run_format import read_client_states
 from fedhet.engine.setup import build_setup
 from fedhet.metrics.accuracy import Scores, class_accuracies
 from fedhet.metrics.cgv import client_gradient_variance

@@ -24,7 +24,7 @@ import pyarrow.parquet
 
 from fedhet.core.errors import InputError
 from fedhet.core.store import ArtifactStore
-from fedhet.engine.loop import METRICS
+from fedhet.engine.run_format import METRICS
 from fedhet.engine.tensorboard import RoundWriter
 from fedhet.runs import Run, result, stored_metrics, varying_fields
 

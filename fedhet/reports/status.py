@@ -10,11 +10,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from fedhet.core.pipeline import StageNode
 from fedhet.core.store import ArtifactInfo, ArtifactStore
-from fedhet.engine.loop import Checkpoints
+from fedhet.engine.run_format import Checkpoints
 from fedhet.runs import Run, result_row, stored_metrics
 
 STORED, PARTIAL, MISSING = "stored", "partial", "missing"
@@ -48,7 +46,7 @@ def stage_state(node: StageNode, store: ArtifactStore) -> StageState:
     partial = store.partial_dir(node.stage, node.key)
     if not partial.exists():
         return StageState(node, MISSING, None, total)
-    done = Checkpoints(partial, torch.device("cpu")).latest_round()
+    done = Checkpoints(partial).latest_round()
     return StageState(node, PARTIAL, done, total)
 
 

@@ -36,8 +36,8 @@ from torch import Tensor
 from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.engine import tensorboard
-from fedhet.engine.loop import METRICS, write_metrics
 from fedhet.engine.progress import stage_progress
+from fedhet.engine.run_format import METRICS, write_metrics
 from fedhet.methods.tct.least_squares import linear_map
 from fedhet.methods.tct.regression import centered_one_hot, solve
 from fedhet.methods.tct.sections import Stage2Spec

@@ -1,0 +1,246 @@
+"""The train artifact's format: per-round metrics, run states (checkpoints) and clients' states,
+all plain Zarr arrays. Importable without torch (tensors are built only inside the functions
+that load them), so counting a run's rounds or reading its metrics never imports torch.
+
+Clients' states are stored as one table per group (`clients/`): `ids` lists every client in the
+table (an empty state included, and it costs no array), and each tensor name has its values
+stacked over the clients that hold it (`values/<name>`, one row per client) with their ids in
+row order (`holders/<name>`).
+
+A checkpoint (`ckpt-<round>.zarr`) holds the global, server and best states and the metrics; the
+clients' states live in append-only deltas beside it (`clients-<round>-<nonce>.zarr`, one table
+of the clients whose state changed since the previous checkpoint), which the checkpoint lists
+oldest first in its `client_deltas` attribute; reading applies them in order, a newer row
+replacing an older one. Why this is atomic: a delta is immutable once renamed into place and is
+written before the checkpoint that lists it; a checkpoint appears whole by one rename; and
+only after that rename are older checkpoints and the deltas the newest one does not list
+deleted. A crash at any point leaves the newest complete checkpoint with every delta it lists,
+each holding the states of the rounds that checkpoint saw. A save therefore costs the clients
+touched since the previous one; when the chain's rows exceed twice the clients held, the next
+delta holds every client and starts a new chain, so reads and disk stay within a small multiple
+of one full table and writes within twice the touched clients, amortized.
+
+Checkpoints written before the deltas (one `clients/<id>` group per client inside the
+checkpoint) and final artifacts with that layout are still read.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import zarr
+
+from fedhet.core import interrupts
+
+if TYPE_CHECKING:
+    import torch
+
+    from fedhet.engine.tensors import Tensors
+
+METRICS = (
+    "test_accuracy",
+    "test_loss",
+    "train_loss",
+    "divergence",
+    "bytes_up",
+    "bytes_down",
+    "comm_rounds",  # server-client round trips: 1 (model exchange) + Traffic.rounds (FedTAN)
+    "wall_time",
+)
+
+
+@dataclass
+class RunState:
+    """Everything a checkpoint holds; the run continues exactly from it."""
+
+    round: int  # rounds completed
+    global_state: Tensors
+    server_state: Tensors
+    client_states: dict[int, Tensors]
+    metrics: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
+    best_state: Tensors | None = None
+    best_accuracy: float = -1.0
+
+    def snapshot(self) -> RunState:
+        """A copy that later rounds leave alone: they replace tensors, never change them in
+        place, so copying the containers is enough."""
+        return replace(
+            self,
+            client_states=dict(self.client_states),
+            metrics={name: list(values) for name, values in self.metrics.items()},
+        )
+
+
+# --- metrics ------------------------------------------------------------------------------
+
+
+def write_metrics(group: zarr.Group, metrics: Mapping[str, list[float]]) -> None:
+    sub = group.create_group("metrics")
+    for name, values in metrics.items():
+        sub.create_array(name, data=np.asarray(values, dtype=np.float64))
+
+
+def read_metrics(group: zarr.Group, names: tuple[str, ...] = METRICS) -> dict[str, list[float]]:
+    return {name: group["metrics"][name][:].tolist() for name in names}
+
+
+# --- clients' states ----------------------------------------------------------------------
+
+
+def write_client_states(group: zarr.Group, client_states: Mapping[int, Tensors]) -> None:
+    """`client_states` as one stacked table in `group["clients"]` (see the module docstring)."""
+    table = group.create_group("clients")
+    ids = sorted(client_states)
+    table.create_array("ids", data=np.asarray(ids, dtype=np.int64))
+    for name in sorted({name for cid in ids for name in client_states[cid]}):
+        holders = [cid for cid in ids if name in client_states[cid]]
+        rows = [client_states[cid][name].detach().cpu().numpy() for cid in holders]
+        table.create_array(f"values/{name}", data=np.stack(rows))
+        table.create_array(f"holders/{name}", data=np.asarray(holders, dtype=np.int64))
+
+
+def read_client_states(group: zarr.Group, device: torch.device | str = "cpu") -> dict[int, Tensors]:
+    import torch
+
+    from fedhet.engine import tensors
+
+    table = group["clients"]
+    if "ids" not in table:  # written before the stacked table: one group per client
+        return {int(c): tensors.load(table, c, device) for c in table.group_keys()}
+    states: dict[int, Tensors] = {int(cid): {} for cid in table["ids"][:]}
+    if "values" not in table:
+        return states
+    for name, values in sorted(table["values"].arrays()):
+        stacked = torch.from_numpy(np.asarray(values[...]))
+        for row, cid in enumerate(table["holders"][name][:].tolist()):
+            states[cid][name] = stacked[row].clone().to(device)
+    return {cid: dict(sorted(state.items())) for cid, state in states.items()}
+
+
+# --- run states and checkpoints -----------------------------------------------------------
+
+
+def write_run_state(group: zarr.Group, state: RunState, client_deltas: list[str]) -> None:
+    """`state` less its clients' states, which the deltas `client_deltas` hold."""
+    from fedhet.engine import tensors
+
+    group.attrs.update(
+        {"round": state.round, "best_accuracy": state.best_accuracy, "client_deltas": client_deltas}
+    )
+    write_metrics(group, state.metrics)
+    tensors.save(group, "global", state.global_state)
+    tensors.save(group, "server", state.server_state)
+    if state.best_state is not None:
+        tensors.save(group, "best", state.best_state)
+
+
+def read_run_state(
+    group: zarr.Group, client_states: dict[int, Tensors], device: torch.device | str
+) -> RunState:
+    from fedhet.engine import tensors
+
+    return RunState(
+        round=int(group.attrs["round"]),
+        global_state=tensors.load(group, "global", device),
+        server_state=tensors.load(group, "server", device),
+        client_states=client_states,
+        metrics=read_metrics(group),
+        best_state=tensors.load(group, "best", device) if "best" in group else None,
+        best_accuracy=float(group.attrs["best_accuracy"]),
+    )
+
+
+@dataclass
+class _Saved:
+    """What the newest checkpoint holds of the clients: its delta chain, the rows in it, and
+    the state objects it saved (a client whose state object is another has been touched)."""
+
+    deltas: list[str] = field(default_factory=list)
+    rows: int = 0
+    states: dict[int, Tensors] = field(default_factory=dict)
+
+
+class Checkpoints:
+    """Run states saved in the stage's partial area; the newest complete one wins."""
+
+    def __init__(self, folder: Path, device: torch.device | str = "cpu"):
+        self.folder, self.device = folder, device
+        self._saved = _Saved()
+
+    def path(self, round: int) -> Path:
+        return self.folder / f"ckpt-{round:06d}.zarr"
+
+    def save(self, state: RunState) -> None:
+        final = self.path(state.round)
+        with interrupts.deferred():  # a checkpoint is written whole, or not at all
+            self.folder.mkdir(parents=True, exist_ok=True)
+            saved = self._next_deltas(state)
+            self._publish(final, lambda group: write_run_state(group, state, saved.deltas))
+            self._saved = saved
+            self._remove_all_but(final)
+
+    def _next_deltas(self, state: RunState) -> _Saved:
+        """Write the delta of the clients touched since the last save; the chain to record."""
+        states, before = state.client_states, self._saved
+        touched = {c: s for c, s in states.items() if before.states.get(c) is not s}
+        chain, rows = before.deltas, before.rows + len(touched)
+        lost = not all((self.folder / name).is_dir() for name in chain)  # another writer's save
+        if lost or not before.states.keys() <= states.keys() or rows > 2 * len(states):
+            touched, chain, rows = states, [], len(states)  # a new chain from a full table
+        if touched:
+            name = f"clients-{state.round:06d}-{uuid.uuid4().hex[:8]}.zarr"
+            self._publish(self.folder / name, lambda group: write_client_states(group, touched))
+            chain = [*chain, name]
+        return _Saved(chain, rows, dict(states))
+
+    def _publish(self, final: Path, write: Callable[[zarr.Group], None]) -> None:
+        tmp = self.folder / f".tmp-{final.name}"
+        write(zarr.open_group(tmp, mode="w"))
+        tmp.rename(final)
+
+    def _remove_all_but(self, final: Path) -> None:
+        """Older checkpoints, the deltas the newest does not list, and leftovers of a crash."""
+        keep = {final.name, *self._saved.deltas}
+        for entry in self.folder.iterdir():
+            if entry.name not in keep and entry.name.startswith(("ckpt-", "clients-", ".tmp-")):
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def keep(self, state: RunState) -> None:
+        """Save `state` unless it is already saved."""
+        if not self.path(state.round).exists():
+            self.save(state)
+
+    def _newest(self) -> Path | None:
+        found = sorted(self.folder.glob("ckpt-*.zarr"))
+        return found[-1] if found else None
+
+    def latest(self) -> RunState | None:
+        newest = self._newest()
+        if newest is None:
+            return None
+        group = zarr.open_group(newest, mode="r")
+        if "client_deltas" in group.attrs:
+            deltas = [
+                zarr.open_group(self.folder / name, mode="r")
+                for name in group.attrs["client_deltas"]
+            ]
+            client_states = {}
+            for delta in deltas:
+                client_states.update(read_client_states(delta, self.device))
+            rows = sum(delta["clients/ids"].shape[0] for delta in deltas)
+            self._saved = _Saved(list(group.attrs["client_deltas"]), rows, dict(client_states))
+        else:  # written before the deltas: the checkpoint holds its clients; the next save all
+            client_states = read_client_states(group, self.device)
+            self._saved = _Saved()
+        return read_run_state(group, client_states, self.device)
+
+    def latest_round(self) -> int | None:
+        """Rounds completed by the newest checkpoint (None without one), without loading it."""
+        newest = self._newest()
+        return None if newest is None else int(zarr.open_group(newest, mode="r").attrs["round"])
