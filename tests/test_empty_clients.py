@@ -27,7 +27,8 @@ from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Checkpoints, Engine, sample_clients, sample_holders
 from fedhet.engine.setup import build_setup
 from fedhet.reports.evaluation import evaluate_run
-from fedhet.runs import execute, runs_of, stored_metrics
+from fedhet.execution.planning import runs_of
+from fedhet.execution.results import execute, stored_metrics
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")

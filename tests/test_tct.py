@@ -28,7 +28,8 @@ from fedhet.methods.tct.entk import entk_features_loop
 from fedhet.methods.tct.entk_stage import FeatureWriter, convexified_model
 from fedhet.methods.tct.regress_stage import load_splits
 from fedhet.methods.tct.regression import solve
-from fedhet.runs import execute, plan, runs_of
+from fedhet.execution.planning import plan, runs_of
+from fedhet.execution.results import execute
 
 torch.set_num_threads(1)
 

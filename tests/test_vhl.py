@@ -22,7 +22,8 @@ from fedhet.engine.loop import evaluate
 from fedhet.engine.setup import build_setup
 from fedhet.methods.vhl.augment import crop_and_flip
 from fedhet.methods.vhl.virtual_stage import load_virtual
-from fedhet.runs import execute, runs_of
+from fedhet.execution.planning import runs_of
+from fedhet.execution.results import execute
 
 torch.set_num_threads(1)
 

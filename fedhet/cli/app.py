@@ -18,9 +18,10 @@ from rich.table import Table
 from fedhet import __version__
 from fedhet.cli import crash, signals
 from fedhet.cli.output import Column, Format, show
-from fedhet.core.errors import DivergedError, FedhetError, InputError, Interrupted, RunError
+from fedhet.core.errors import DivergedError, FedhetError, InputError, RunError
+from fedhet.process.interrupts import Interrupted
 from fedhet.core.spec import Spec, expand, load_spec
-from fedhet.core.store import ArtifactStore
+from fedhet.core.store import ArtifactStore, arrays
 
 # Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
 # terminal's width (the rich mode keeps every source line break of a docstring)
@@ -114,28 +115,15 @@ SHRINK = {
 def _require_memory(path: Path, spec: Spec) -> None:
     """Refuse a run whose model's parameters would not fit in memory, counted from the spec
     and the dataset's shape before anything is allocated."""
-    from fedhet.core.memory import require_fits
+    from fedhet.process.memory import shortage
     from fedhet.data.shapes import DATA_SHAPES
 
     for _, run in expand(spec):
         shape = DATA_SHAPES[run.data.dataset]
         parameters = run.model.parameter_count(shape.image, shape.classes)
-        require_fits(parameters, f"{path}: model ({run.model.arch})", SHRINK[run.model.arch])
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return "-" if math.isnan(value) else f"{value:.4f}"
-    return str(value)
-
-
-def _table(rows: list[dict], columns: list[str], title: str | None = None) -> Table:
-    table = Table(title=title)
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*(_fmt(row.get(c, "")) for c in columns))
-    return table
+        message = shortage(parameters, f"{path}: model ({run.model.arch})", SHRINK[run.model.arch])
+        if message is not None:
+            raise InputError(message)
 
 
 # --- spec -------------------------------------------------------------------------------
@@ -179,7 +167,7 @@ def spec_show(path: SpecPath, overrides: OverridesArg = None) -> None:
 def spec_hash(path: SpecPath, overrides: OverridesArg = None) -> None:
     """Print every stage's key for every run of the spec."""
     spec = _load(path, overrides=overrides)
-    from fedhet.runs import runs_of
+    from fedhet.execution.planning import runs_of
 
     for run in runs_of(spec):  # plain print: one unwrapped line per key, for scripts
         print(f"# {run.label}")
@@ -228,7 +216,7 @@ def partition(
     from fedhet.core.pipeline import RunContext, ensure
     from fedhet.data.partition import empty_clients_note, summary_rows
     from fedhet.data.partition_stage import load_partition
-    from fedhet.runs import runs_of
+    from fedhet.execution.planning import runs_of
 
     st = ArtifactStore(store)
     seen, flat = set(), []
@@ -351,84 +339,24 @@ def train(
     not stop the others; the command then exits 1 naming it (a diverged run's final accuracy
     reads "diverged k/n": in round k of n)."""
     spec = _load(path, data_root, overrides)
-    from fedhet.runs import runs_of
+    from fedhet.cli.sweep_view import SweepView
+    from fedhet.execution.planning import runs_of
+    from fedhet.execution.train import Options
+    from fedhet.execution.train import train as train_runs
 
     if jobs is not None and jobs < 1:
         raise InputError(f"--jobs {jobs}: give at least 1 worker process")
     st = ArtifactStore(store)
     runs = runs_of(spec)
-    ray_target = ray_address or ("local" if ray else None)
-    if jobs is None and ray_target is None:
-        rows, failures = _train_in_order(runs, st)
-    else:
-        rows, failures = _train_sweep(runs, st, jobs, ray_target)
+    live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
+    options = Options(jobs, ray_address or ("local" if ray else None))
+    rows, failures = train_runs(runs, st, options, SweepView(runs, st, err, live))
     columns = [c for c in RESULT_COLUMNS if any(c.key in r for r in rows)]
     show(out, rows, columns, fmt, title=path.stem)
     if len(failures) == 1:
         raise failures[0]
     if failures:
         raise RunError(f"{len(failures)} runs failed; the first: {failures[0]}")
-
-
-def _failed_row(run, error: FedhetError) -> dict:
-    from fedhet.runs import result_row
-
-    if not isinstance(error, DivergedError):
-        return {
-            "algorithm": run.algorithm_label,
-            "setting": run.setting_label,
-            "seed": run.spec.seed,
-            "final_accuracy": "failed",
-        }
-    failed = f"diverged {error.round_number}/{run.spec.federation.rounds}"
-    return {**result_row(run, error.metrics), "final_accuracy": failed}
-
-
-def _train_in_order(runs: list, st: ArtifactStore) -> tuple[list[dict], list[FedhetError]]:
-    from fedhet.runs import execute, result_row, stored_metrics
-
-    rows, failures = [], []
-    for run in runs:
-        try:
-            rows.append(result_row(run, stored_metrics(execute(run, st))))
-        except DivergedError as error:
-            failures.append(error)
-            rows.append(_failed_row(run, error))
-    return rows, failures
-
-
-def _train_sweep(
-    runs: list, st: ArtifactStore, jobs: int | None, ray: str | None
-) -> tuple[list[dict], list[FedhetError]]:
-    from fedhet.cli.sweep_view import SweepView
-    from fedhet.core.scheduler import BLOCKED, FAILED
-    from fedhet.runs import result_row, stored_metrics
-    from fedhet.sweep import check_writable, executor_for, sweep
-
-    check_writable(st)
-    threads = runs[0].spec.runtime.threads or max(1, (os.cpu_count() or 1) // (jobs or 1))
-    live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
-    view = SweepView(runs, st, err, live)
-    executor = executor_for(runs, jobs, ray, threads, view.on_progress)
-    try:
-        with view:
-            states = sweep(runs, st, executor, view.on_change)
-    finally:  # e.g. a local Ray started for this command ends with it
-        executor.close(cancel=True)
-    rows, failures = [], []
-    for run in runs:
-        mine = [states[node.key] for node in run.node.walk()]
-        failed = next((n for n in mine if n.state in (FAILED, BLOCKED)), None)
-        if failed is None:
-            rows.append(result_row(run, stored_metrics(st.open(run.node.stage, run.node.key))))
-            continue
-        error = failed.error
-        if not isinstance(error, FedhetError):
-            why = f"{failed.state}: {type(error).__name__}: {error}" if error else failed.state
-            error = RunError(f"{run.label} ({failed.task.node.stage}) {why}")
-        failures.append(error)
-        rows.append(_failed_row(run, error))
-    return rows, failures
 
 
 @app.command(
@@ -448,7 +376,7 @@ def plan(
     gives an estimate. A stage shared by several runs is listed once, under the first."""
     spec = _load(path, overrides=overrides)
     from fedhet.reports.status import plan_rows
-    from fedhet.runs import runs_of
+    from fedhet.execution.planning import runs_of
 
     rows, summary = plan_rows(runs_of(spec), ArtifactStore(store))
     columns = [
@@ -501,7 +429,7 @@ def runs(
     rounds done and training time."""
     spec = _load(path, overrides=overrides)
     from fedhet.reports.status import run_row
-    from fedhet.runs import runs_of
+    from fedhet.execution.planning import runs_of
 
     st = ArtifactStore(store)
     rows = [run_row(run, st) for run in runs_of(spec)]
@@ -522,7 +450,8 @@ TrainOpt = Annotated[
 
 def _stored_runs(path: Path, spec: Spec, store: ArtifactStore, train: bool) -> list:
     """The spec's runs; unless `train`, exit 2 naming those whose results are not stored."""
-    from fedhet.runs import require_stored, runs_of
+    from fedhet.execution.planning import runs_of
+    from fedhet.execution.results import require_stored
 
     runs = runs_of(spec)
     if not train:
@@ -572,7 +501,7 @@ def evaluate(
     the method (TCT: its stage-2 linear model on the eNTK features)."""
     spec, st = _load(path, data_root, overrides), ArtifactStore(store)
     from fedhet.reports.evaluation import evaluate_run
-    from fedhet.runs import result
+    from fedhet.execution.results import result
 
     runs = _stored_runs(path, spec, st, train)
     reports = [evaluate_run(run, result(run, st, train), st, cgv=cgv, model=model) for run in runs]
@@ -708,7 +637,7 @@ def artifacts_ls(
     found = ArtifactStore(store).ls()
     if spec is not None:
         loaded = _load(spec)
-        from fedhet.runs import runs_of
+        from fedhet.execution.planning import runs_of
 
         keys = {node.key for run in runs_of(loaded) for node in run.node.walk()}
         found = [a for a in found if a.key in keys]
@@ -750,19 +679,9 @@ def artifacts_show(
         for name, value in described(environment).items():
             out.print(f"  {name:9s} {value}", markup=False, highlight=False, soft_wrap=True)
     table = Table("array", "shape", "chunks", "dtype")
-    for name, arr in _walk_arrays(group):
+    for name, arr in arrays(group):
         table.add_row(name, str(arr.shape), str(arr.chunks), str(arr.dtype))
     out.print(table)
-
-
-def _walk_arrays(group, prefix=""):
-    import zarr
-
-    for name, member in sorted(group.members()):
-        if isinstance(member, zarr.Array):
-            yield f"{prefix}{name}", member
-        else:
-            yield from _walk_arrays(member, f"{prefix}{name}/")
 
 
 @artifacts_app.command(

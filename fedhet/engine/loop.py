@@ -13,8 +13,9 @@ import torch.nn.functional as F
 import zarr
 from torch import nn
 
-from fedhet.core import interrupts
-from fedhet.core.errors import DivergedError, Interrupted
+from fedhet.process import interrupts
+from fedhet.core.errors import DivergedError
+from fedhet.process.interrupts import Interrupted
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.engine import tensors
 from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, Traffic

@@ -8,7 +8,8 @@ import numpy as np
 import torch
 import zarr
 
-from fedhet.core import allocator, provenance, registry
+from fedhet.core import provenance, registry
+from fedhet.process import allocator
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext
 from fedhet.core.store import ArtifactStore
@@ -18,7 +19,7 @@ from fedhet.engine.loop import evaluate, read_client_states
 from fedhet.engine.setup import build_setup
 from fedhet.metrics.accuracy import Scores, class_accuracies
 from fedhet.metrics.cgv import client_gradient_variance
-from fedhet.runs import Run
+from fedhet.execution.planning import Run
 
 
 @torch.no_grad()
