@@ -34,7 +34,6 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from fedhet.process import allocator
 from fedhet.core.errors import InputError
 from fedhet.core.spec import ModelSpec
 from fedhet.methods.tct.entk import (
@@ -45,6 +44,7 @@ from fedhet.methods.tct.entk import (
     trainable_parameter_count,
 )
 from fedhet.models import build_model
+from fedhet.process import allocator
 
 METHODS = ("floor", "loop", "batched", "vmap_full")
 

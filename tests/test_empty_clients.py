@@ -26,9 +26,9 @@ from fedhet.engine.algorithm import make_algorithm
 from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Checkpoints, Engine, sample_clients, sample_holders
 from fedhet.engine.setup import build_setup
-from fedhet.reports.evaluation import evaluate_run
 from fedhet.execution.planning import runs_of
 from fedhet.execution.results import execute, stored_metrics
+from fedhet.reports.evaluation import evaluate_run
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -18,10 +20,10 @@ from rich.table import Table
 from fedhet import __version__
 from fedhet.cli import crash, signals
 from fedhet.cli.output import Column, Format, show
-from fedhet.core.errors import DivergedError, FedhetError, InputError, RunError
-from fedhet.process.interrupts import Interrupted
+from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.spec import Spec, expand, load_spec
 from fedhet.core.store import ArtifactStore, arrays
+from fedhet.process.interrupts import Interrupted
 
 # Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
 # terminal's width (the rich mode keeps every source line break of a docstring)
@@ -52,6 +54,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _options(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="print the version"),
@@ -61,6 +64,7 @@ def _options(
     ] = False,
 ) -> None:
     """Federated learning under data heterogeneity, from declarative specs."""
+    ctx.obj = Services(_load, out, err)  # what a method's command uses of the command line
 
 
 app.add_typer(spec_app, name="spec")
@@ -68,6 +72,16 @@ app.add_typer(artifacts_app, name="artifacts")
 
 out = Console()
 err = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the command line lends a method's command, as its `ctx.obj`."""
+
+    load: Callable[..., Spec]  # _load: the validated spec of a path, overrides applied
+    out: Console
+    err: Console
+
 
 SpecPath = Annotated[Path, typer.Argument(help="YAML experiment spec", metavar="SPEC")]
 StoreOpt = Annotated[
@@ -115,8 +129,8 @@ SHRINK = {
 def _require_memory(path: Path, spec: Spec) -> None:
     """Refuse a run whose model's parameters would not fit in memory, counted from the spec
     and the dataset's shape before anything is allocated."""
-    from fedhet.process.memory import shortage
     from fedhet.data.shapes import DATA_SHAPES
+    from fedhet.process.memory import shortage
 
     for _, run in expand(spec):
         shape = DATA_SHAPES[run.data.dataset]
@@ -248,42 +262,16 @@ def partition(
         show(out, flat, keys, fmt)
 
 
-@app.command("virtual", epilog=_example("fedhet virtual specs/vhl_fmnist.yaml --grid grid.png"))
-def virtual(
-    path: SpecPath,
-    overrides: OverridesArg = None,
-    grid: Annotated[
-        Path | None, typer.Option(help="write a PNG grid of samples, one row per class")
-    ] = None,
-    store: StoreOpt = None,
-) -> None:
-    """Compute (or reuse) the VHL virtual dataset of every run and print its summary."""
-    spec = _load(path, overrides=overrides)
-    from fedhet.core.pipeline import RunContext, ensure
-    from fedhet.methods.vhl.generators import save_grid
-    from fedhet.methods.vhl.virtual_stage import load_virtual, virtual_upstream
+@cache
+def _add_method_commands() -> None:
+    """The commands methods contribute (`fedhet virtual`), listed after `partition`, the other
+    command of a stage; a method's code is imported only when its command runs."""
+    from fedhet.core import registry
 
-    st = ArtifactStore(store)
-    seen = set()
-    for _, run_spec in expand(spec):
-        node = virtual_upstream(run_spec).get("virtual")
-        if node is None or node.key in seen:
-            continue
-        seen.add(node.key)
-        images, labels = load_virtual(ensure(node, RunContext(run_spec, st, err)))
-        generator = node.config["generator"]
-        out.print(
-            f"virtual {node.key[:12]}: {generator['kind']}, {len(labels)} images of shape "
-            f"{tuple(images.shape[1:])}, {node.config['classes']} classes"
-        )
-        if grid is not None:
-            target = grid if len(seen) == 1 else grid.with_stem(f"{grid.stem}-{node.key[:8]}")
-            save_grid(images, labels, target)
-            out.print(f"wrote {target}")
-    if not seen:
-        raise InputError(
-            f"{path}: no run trains on virtual data; set algorithm.vhl (variant vhl or naive)"
-        )
+    at = 1 + next(i for i, c in enumerate(app.registered_commands) if c.name == "partition")
+    for commands in registry.commands():
+        app.registered_commands[at:at] = commands.registered_commands
+        at += len(commands.registered_commands)
 
 
 RESULT_COLUMNS = [
@@ -375,8 +363,8 @@ def plan(
     or missing, with the time still needed where a stored run of the same stage and shape
     gives an estimate. A stage shared by several runs is listed once, under the first."""
     spec = _load(path, overrides=overrides)
-    from fedhet.reports.status import plan_rows
     from fedhet.execution.planning import runs_of
+    from fedhet.reports.status import plan_rows
 
     rows, summary = plan_rows(runs_of(spec), ArtifactStore(store))
     columns = [
@@ -428,8 +416,8 @@ def runs(
     """Every run of the spec with what the store holds of it: state, best and final accuracy,
     rounds done and training time."""
     spec = _load(path, overrides=overrides)
-    from fedhet.reports.status import run_row
     from fedhet.execution.planning import runs_of
+    from fedhet.reports.status import run_row
 
     st = ArtifactStore(store)
     rows = [run_row(run, st) for run in runs_of(spec)]
@@ -500,8 +488,8 @@ def evaluate(
     """Global, per-class and per-client accuracy of each run's final (or best) model, whatever
     the method (TCT: its stage-2 linear model on the eNTK features)."""
     spec, st = _load(path, data_root, overrides), ArtifactStore(store)
-    from fedhet.reports.evaluation import evaluate_run
     from fedhet.execution.results import result
+    from fedhet.reports.evaluation import evaluate_run
 
     runs = _stored_runs(path, spec, st, train)
     reports = [evaluate_run(run, result(run, st, train), st, cgv=cgv, model=model) for run in runs]
@@ -771,6 +759,7 @@ def main() -> None:
     signals.install()
     _warnings_to_stderr()
     try:
+        _add_method_commands()
         code = app(args=ray_address_form(sys.argv[1:]), standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except FedhetError as exc:

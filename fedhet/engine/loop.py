@@ -13,9 +13,7 @@ import torch.nn.functional as F
 import zarr
 from torch import nn
 
-from fedhet.process import interrupts
 from fedhet.core.errors import DivergedError
-from fedhet.process.interrupts import Interrupted
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.engine import tensors
 from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, Traffic
@@ -23,6 +21,8 @@ from fedhet.engine.executor import ClientExecutor, SequentialExecutor
 from fedhet.engine.local import Divergence, round_lr
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
+from fedhet.process import interrupts
+from fedhet.process.interrupts import Interrupted
 
 METRICS = (
     "test_accuracy",

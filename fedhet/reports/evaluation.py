@@ -9,7 +9,6 @@ import torch
 import zarr
 
 from fedhet.core import provenance, registry
-from fedhet.process import allocator
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext
 from fedhet.core.store import ArtifactStore
@@ -17,9 +16,10 @@ from fedhet.engine import tensors
 from fedhet.engine.algorithm import ModelChoice, make_algorithm
 from fedhet.engine.loop import evaluate, read_client_states
 from fedhet.engine.setup import build_setup
+from fedhet.execution.planning import Run
 from fedhet.metrics.accuracy import Scores, class_accuracies
 from fedhet.metrics.cgv import client_gradient_variance
-from fedhet.execution.planning import Run
+from fedhet.process import allocator
 
 
 @torch.no_grad()

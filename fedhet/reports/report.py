@@ -22,10 +22,10 @@ from fedhet.core import provenance
 from fedhet.core.errors import DivergedError
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
-from fedhet.metrics.summary import rounds_to_reach
-from fedhet.reports.plots import metric_curves
 from fedhet.execution.planning import Run
 from fedhet.execution.results import result, result_row, stored_metrics
+from fedhet.metrics.summary import rounds_to_reach
+from fedhet.reports.plots import metric_curves
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
 
