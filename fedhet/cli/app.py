@@ -227,35 +227,29 @@ def partition(
 ) -> None:
     """Compute (or reuse) the partition of every run and print its summary."""
     spec = _load(path, data_root, overrides)
-    from fedhet.core.pipeline import RunContext, ensure
     from fedhet.data.partition import empty_clients_note, summary_rows
-    from fedhet.data.partition_stage import load_partition
+    from fedhet.execution.partitions import partitions
     from fedhet.execution.planning import runs_of
 
-    st = ArtifactStore(store)
-    seen, flat = set(), []
-    for run in runs_of(spec):
-        node = next(n for n in run.node.walk() if n.stage == "partition")
-        if node.key in seen:
-            continue
-        seen.add(node.key)
-        labels = run.node_labels()
-        part = load_partition(ensure(node, RunContext(run.spec, st, err, labels=labels)))
+    flat = []
+    for index, (node, label, part) in enumerate(
+        partitions(runs_of(spec), ArtifactStore(store), err), 1
+    ):
         rows = summary_rows(part)
         columns = [c for c in PARTITION_COLUMNS if any(r.get(c.key) is not None for r in rows)]
         for_programs = fmt in (Format.csv, Format.json)  # one flat table, nothing else
         if for_programs:
-            flat += [{"partition": labels[node.key], "key": node.key, **r} for r in rows]
+            flat += [{"partition": label, "key": node.key, **r} for r in rows]
         else:
-            show(out, rows, columns, fmt, title=f"{labels[node.key]} ({node.key[:10]})")
+            show(out, rows, columns, fmt, title=f"{label} ({node.key[:10]})")
         note = empty_clients_note([row["size"] for row in rows])
         if note:
             (err if for_programs else out).print(note)
         if plot is not None:
             from fedhet.reports.plots import partition_heatmap
 
-            target = plot if len(seen) == 1 else plot.with_stem(f"{plot.stem}-{node.key[:8]}")
-            partition_heatmap(part.histogram, target, title=labels[node.key])
+            target = plot if index == 1 else plot.with_stem(f"{plot.stem}-{node.key[:8]}")
+            partition_heatmap(part.histogram, target, title=label)
             (err if for_programs else out).print(f"wrote {target}")
     if flat:
         keys = [Column("partition", "partition"), Column("key", "key"), *PARTITION_COLUMNS]
