@@ -34,7 +34,6 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from fedhet.core import allocator
 from fedhet.core.errors import InputError
 from fedhet.core.spec import ModelSpec
 from fedhet.methods.tct.entk import (
@@ -45,6 +44,7 @@ from fedhet.methods.tct.entk import (
     trainable_parameter_count,
 )
 from fedhet.models import build_model
+from fedhet.process import allocator
 
 METHODS = ("floor", "loop", "batched", "vmap_full")
 
@@ -185,7 +185,7 @@ def main(args: argparse.Namespace) -> None:
     print(f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs")
     print("floor: one batched forward pass + the backward pass to every layer's output")
     print("peak RSS +MiB includes the [N, p] result (N * p * 4 bytes)")
-    print("freed memory is kept for reuse (fedhet.core.allocator), as in fedhet's stages")
+    print("freed memory is kept for reuse (fedhet.process.allocator), as in fedhet's stages")
     for p in args.p:
         _compare(argparse.Namespace(**{**vars(args), "p": p}))
 

@@ -65,7 +65,7 @@ _FORK_SERVER = r"""
 import json, os, sys, traceback
 
 import fedhet.cli
-import fedhet.models, fedhet.figures, fedhet.runs  # the slow imports, paid once
+import fedhet.models, fedhet.figures, fedhet.execution.planning  # the slow imports, paid once
 import sklearn.datasets
 
 for line in sys.stdin:

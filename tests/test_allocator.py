@@ -14,7 +14,7 @@ import pytest
 _STEPS = """
 import hashlib, json, resource, sys
 import torch
-from fedhet.core import allocator
+from fedhet.process import allocator
 from fedhet.core.spec import ModelSpec
 from fedhet.models import build_model
 

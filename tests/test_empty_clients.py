@@ -26,8 +26,9 @@ from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Engine, sample_clients, sample_holders
 from fedhet.engine.run_format import Checkpoints
 from fedhet.engine.setup import build_setup
+from fedhet.execution.planning import runs_of
+from fedhet.execution.results import execute, stored_metrics
 from fedhet.reports.evaluation import evaluate_run
-from fedhet.runs import execute, runs_of, stored_metrics
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")

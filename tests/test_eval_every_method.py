@@ -14,7 +14,7 @@ from conftest import TINY_SPEC, write_spec
 from fedhet.core.spec import load_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.data.datasets import load_dataset
-from fedhet.runs import runs_of
+from fedhet.execution.planning import runs_of
 
 RUNTIME = {"threads": 1, "progress": False, "device": "cpu"}
 BASE = {

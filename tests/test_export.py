@@ -15,7 +15,7 @@ from conftest import TINY_SPEC, write_spec
 
 from fedhet.core.spec import load_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.runs import runs_of
+from fedhet.execution.planning import runs_of
 
 LEARNING_RATES = [0.05, 0.1]
 SPEC = {

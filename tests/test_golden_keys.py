@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fedhet.core.spec import load_spec
-from fedhet.runs import runs_of
+from fedhet.execution.planning import runs_of
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "keys.json"

@@ -15,7 +15,7 @@ from conftest import SERVER_HASH_SEED, TINY_SPEC, CliRunner, cli_env, run_fedhet
 
 from fedhet.core.keys import canonical_json, stage_key
 from fedhet.core.spec import load_spec, parse_spec
-from fedhet.runs import runs_of
+from fedhet.execution.planning import runs_of
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "specs" / "quickstart.yaml"
 

@@ -17,7 +17,8 @@ from fedhet import __version__
 from fedhet.core import provenance
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.runs import execute, runs_of
+from fedhet.execution.planning import runs_of
+from fedhet.execution.results import execute
 
 SPEC = {
     "name": "provenance",

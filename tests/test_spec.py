@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from fedhet.core.errors import InputError
 from fedhet.core.registry import configs
 from fedhet.core.spec import Spec, expand, json_schema, load_spec, parse_spec
-from fedhet.runs import runs_of
+from fedhet.execution.planning import runs_of
 
 QUICKSTART = REPO / "specs" / "quickstart.yaml"
 SCHEMES = ["iid", "dirichlet", "classes", "subset", "quantity", "rotation", "client_dirichlet"]

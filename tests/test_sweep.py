@@ -20,13 +20,14 @@ from conftest import REPO, TINY_SPEC, cli_env, write_spec
 
 from fedhet.cli.app import ray_address_form
 from fedhet.cli.sweep_view import Rounds, SweepView
-from fedhet.core import lockfile
-from fedhet.core.errors import Interrupted
-from fedhet.core.executors import LocalProcesses
 from fedhet.core.spec import load_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.runs import runs_of, stored_metrics
-from fedhet.sweep import compute_task, sweep
+from fedhet.execution.local_processes import LocalProcesses
+from fedhet.execution.planning import runs_of
+from fedhet.execution.results import stored_metrics
+from fedhet.execution.sweep import compute_task, sweep
+from fedhet.process import lockfile
+from fedhet.process.interrupts import Interrupted
 
 MATRIX = {
     **TINY_SPEC,

@@ -24,7 +24,7 @@ from fedhet.engine.system import (
     plan_round,
     steps_for_epochs,
 )
-from fedhet.runs import runs_of
+from fedhet.execution.planning import runs_of
 
 SEED = 7
 SIZES = [0, 40, 75, 128, 33, 300, 64, 90, 12, 57]  # client 0 holds nothing

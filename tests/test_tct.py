@@ -22,13 +22,14 @@ from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensors
 from fedhet.engine.run_format import METRICS
 from fedhet.engine.setup import build_setup
+from fedhet.execution.planning import plan, runs_of
+from fedhet.execution.results import execute
 from fedhet.methods.tct import entk_stage
 from fedhet.methods.tct.entk import entk_features_loop
 from fedhet.methods.tct.entk_stage import FeatureWriter, convexified_model
 from fedhet.methods.tct.regress_stage import load_splits
 from fedhet.methods.tct.regression import solve
 from fedhet.methods.tct.sections import EntkSpec
-from fedhet.runs import execute, plan, runs_of
 
 torch.set_num_threads(1)
 

@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fedhet.core.spec import load_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.runs import runs_of
+from fedhet.execution.planning import runs_of
 
 RUNTIME = {"threads": 1, "progress": False, "device": "cpu"}
 MATRIX = {

@@ -24,7 +24,7 @@ from fedhet.cli import main
 from fedhet.core.spec import load_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.data.datasets import load_dataset
-from fedhet.runs import runs_of
+from fedhet.execution.planning import runs_of
 
 torch.set_num_threads(1)
 RUNTIME = {"threads": 1, "progress": False, "device": "cpu"}

@@ -20,9 +20,10 @@ from fedhet.core.store import ArtifactStore
 from fedhet.engine.loop import evaluate
 from fedhet.engine.setup import build_setup
 from fedhet.engine.trainer import ClientJob, Trainer
+from fedhet.execution.planning import runs_of
+from fedhet.execution.results import execute
 from fedhet.methods.vhl.augment import crop_and_flip
 from fedhet.methods.vhl.virtual_stage import load_virtual
-from fedhet.runs import execute, runs_of
 
 torch.set_num_threads(1)
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -18,9 +20,10 @@ from rich.table import Table
 from fedhet import __version__
 from fedhet.cli import crash, signals
 from fedhet.cli.output import Column, Format, show
-from fedhet.core.errors import DivergedError, FedhetError, InputError, Interrupted, RunError
+from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.spec import Spec, expand, load_spec
-from fedhet.core.store import ArtifactStore
+from fedhet.core.store import ArtifactStore, arrays
+from fedhet.process.interrupts import Interrupted
 
 # Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
 # terminal's width (the rich mode keeps every source line break of a docstring)
@@ -51,6 +54,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _options(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="print the version"),
@@ -60,6 +64,7 @@ def _options(
     ] = False,
 ) -> None:
     """Federated learning under data heterogeneity, from declarative specs."""
+    ctx.obj = Services(_load, out, err)  # what a method's command uses of the command line
 
 
 app.add_typer(spec_app, name="spec")
@@ -67,6 +72,16 @@ app.add_typer(artifacts_app, name="artifacts")
 
 out = Console()
 err = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the command line lends a method's command, as its `ctx.obj`."""
+
+    load: Callable[..., Spec]  # _load: the validated spec of a path, overrides applied
+    out: Console
+    err: Console
+
 
 SpecPath = Annotated[Path, typer.Argument(help="YAML experiment spec", metavar="SPEC")]
 StoreOpt = Annotated[
@@ -114,28 +129,15 @@ SHRINK = {
 def _require_memory(path: Path, spec: Spec) -> None:
     """Refuse a run whose model's parameters would not fit in memory, counted from the spec
     and the dataset's shape before anything is allocated."""
-    from fedhet.core.memory import require_fits
     from fedhet.data.shapes import DATA_SHAPES
+    from fedhet.process.memory import shortage
 
     for _, run in expand(spec):
         shape = DATA_SHAPES[run.data.dataset]
         parameters = run.model.parameter_count(shape.image, shape.classes)
-        require_fits(parameters, f"{path}: model ({run.model.arch})", SHRINK[run.model.arch])
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return "-" if math.isnan(value) else f"{value:.4f}"
-    return str(value)
-
-
-def _table(rows: list[dict], columns: list[str], title: str | None = None) -> Table:
-    table = Table(title=title)
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*(_fmt(row.get(c, "")) for c in columns))
-    return table
+        message = shortage(parameters, f"{path}: model ({run.model.arch})", SHRINK[run.model.arch])
+        if message is not None:
+            raise InputError(message)
 
 
 # --- spec -------------------------------------------------------------------------------
@@ -179,7 +181,7 @@ def spec_show(path: SpecPath, overrides: OverridesArg = None) -> None:
 def spec_hash(path: SpecPath, overrides: OverridesArg = None) -> None:
     """Print every stage's key for every run of the spec."""
     spec = _load(path, overrides=overrides)
-    from fedhet.runs import runs_of
+    from fedhet.execution.planning import runs_of
 
     for run in runs_of(spec):  # plain print: one unwrapped line per key, for scripts
         print(f"# {run.label}")
@@ -230,34 +232,26 @@ def partition(
 ) -> None:
     """Compute (or reuse) the partition of every run and print its summary."""
     spec = _load(path, data_root, overrides)
-    from fedhet.core.pipeline import RunContext, ensure
     from fedhet.data.partition import empty_clients_note, summary_rows
-    from fedhet.data.partition_stage import load_partition
+    from fedhet.execution.partitions import partitions
+    from fedhet.execution.planning import runs_of
     from fedhet.figures import figure_format, partition_heatmaps
-    from fedhet.runs import runs_of
 
-    st = ArtifactStore(store)
-    seen, flat, heatmaps = set(), [], {}
+    flat, heatmaps = [], {}
     if plot is not None:
         figure_format(plot, "--plot")  # before anything is computed
-    for run in runs_of(spec):
-        node = next(n for n in run.node.walk() if n.stage == "partition")
-        if node.key in seen:
-            continue
-        seen.add(node.key)
-        labels = run.node_labels()
-        part = load_partition(ensure(node, RunContext(run.spec, st, err, labels=labels)))
+    for node, label, part in partitions(runs_of(spec), ArtifactStore(store), err):
         rows = summary_rows(part)
         columns = [c for c in PARTITION_COLUMNS if any(r.get(c.key) is not None for r in rows)]
         for_programs = fmt in (Format.csv, Format.json)  # one flat table, nothing else
         if for_programs:
-            flat += [{"partition": labels[node.key], "key": node.key, **r} for r in rows]
+            flat += [{"partition": label, "key": node.key, **r} for r in rows]
         else:
-            show(out, rows, columns, fmt, title=f"{labels[node.key]} ({node.key[:10]})")
+            show(out, rows, columns, fmt, title=f"{label} ({node.key[:10]})")
         note = empty_clients_note([row["size"] for row in rows])
         if note:
             (err if for_programs else out).print(note)
-        heatmaps[labels[node.key]] = part.histogram
+        heatmaps[label] = part.histogram
     if plot is not None:
         partition_heatmaps(heatmaps, plot, [figure_format(plot, "--plot")])
         (err if fmt in (Format.csv, Format.json) else out).print(f"wrote {plot}")
@@ -266,42 +260,16 @@ def partition(
         show(out, flat, keys, fmt)
 
 
-@app.command("virtual", epilog=_example("fedhet virtual specs/vhl_fmnist.yaml --grid grid.png"))
-def virtual(
-    path: SpecPath,
-    overrides: OverridesArg = None,
-    grid: Annotated[
-        Path | None, typer.Option(help="write a PNG grid of samples, one row per class")
-    ] = None,
-    store: StoreOpt = None,
-) -> None:
-    """Compute (or reuse) the VHL virtual dataset of every run and print its summary."""
-    spec = _load(path, overrides=overrides)
-    from fedhet.core.pipeline import RunContext, ensure
-    from fedhet.methods.vhl.generators import save_grid
-    from fedhet.methods.vhl.virtual_stage import load_virtual
+@cache
+def _add_method_commands() -> None:
+    """The commands methods contribute (`fedhet virtual`), listed after `partition`, the other
+    command of a stage; a method's code is imported only when its command runs."""
+    from fedhet.core import registry
 
-    st = ArtifactStore(store)
-    seen = set()
-    for _, run_spec in expand(spec):
-        node = run_spec.algorithm.objective_upstream(run_spec).get("virtual")
-        if node is None or node.key in seen:
-            continue
-        seen.add(node.key)
-        images, labels = load_virtual(ensure(node, RunContext(run_spec, st, err)))
-        generator = node.config["generator"]
-        out.print(
-            f"virtual {node.key[:12]}: {generator['kind']}, {len(labels)} images of shape "
-            f"{tuple(images.shape[1:])}, {node.config['classes']} classes"
-        )
-        if grid is not None:
-            target = grid if len(seen) == 1 else grid.with_stem(f"{grid.stem}-{node.key[:8]}")
-            save_grid(images, labels, target)
-            out.print(f"wrote {target}")
-    if not seen:
-        raise InputError(
-            f"{path}: no run trains on virtual data; set algorithm.vhl (variant vhl or naive)"
-        )
+    at = 1 + next(i for i, c in enumerate(app.registered_commands) if c.name == "partition")
+    for commands in registry.commands():
+        app.registered_commands[at:at] = commands.registered_commands
+        at += len(commands.registered_commands)
 
 
 RESULT_COLUMNS = [
@@ -357,84 +325,24 @@ def train(
     not stop the others; the command then exits 1 naming it (a diverged run's final accuracy
     reads "diverged k/n": in round k of n)."""
     spec = _load(path, data_root, overrides)
-    from fedhet.runs import runs_of
+    from fedhet.cli.sweep_view import SweepView
+    from fedhet.execution.planning import runs_of
+    from fedhet.execution.train import Options
+    from fedhet.execution.train import train as train_runs
 
     if jobs is not None and jobs < 1:
         raise InputError(f"--jobs {jobs}: give at least 1 worker process")
     st = ArtifactStore(store)
     runs = runs_of(spec)
-    ray_target = ray_address or ("local" if ray else None)
-    if jobs is None and ray_target is None:
-        rows, failures = _train_in_order(runs, st)
-    else:
-        rows, failures = _train_sweep(runs, st, jobs, ray_target)
+    live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
+    options = Options(jobs, ray_address or ("local" if ray else None))
+    rows, failures = train_runs(runs, st, options, SweepView(runs, st, err, live))
     columns = [c for c in RESULT_COLUMNS if any(c.key in r for r in rows)]
     show(out, rows, columns, fmt, title=path.stem)
     if len(failures) == 1:
         raise failures[0]
     if failures:
         raise RunError(f"{len(failures)} runs failed; the first: {failures[0]}")
-
-
-def _failed_row(run, error: FedhetError) -> dict:
-    from fedhet.runs import result_row
-
-    if not isinstance(error, DivergedError):
-        return {
-            "algorithm": run.algorithm_label,
-            "setting": run.setting_label,
-            "seed": run.spec.seed,
-            "final_accuracy": "failed",
-        }
-    failed = f"diverged {error.round_number}/{run.spec.federation.rounds}"
-    return {**result_row(run, error.metrics), "final_accuracy": failed}
-
-
-def _train_in_order(runs: list, st: ArtifactStore) -> tuple[list[dict], list[FedhetError]]:
-    from fedhet.runs import execute, result_row, stored_metrics
-
-    rows, failures = [], []
-    for run in runs:
-        try:
-            rows.append(result_row(run, stored_metrics(execute(run, st))))
-        except DivergedError as error:
-            failures.append(error)
-            rows.append(_failed_row(run, error))
-    return rows, failures
-
-
-def _train_sweep(
-    runs: list, st: ArtifactStore, jobs: int | None, ray: str | None
-) -> tuple[list[dict], list[FedhetError]]:
-    from fedhet.cli.sweep_view import SweepView
-    from fedhet.core.scheduler import BLOCKED, FAILED
-    from fedhet.runs import result_row, stored_metrics
-    from fedhet.sweep import check_writable, executor_for, sweep
-
-    check_writable(st)
-    threads = runs[0].spec.runtime.threads or max(1, (os.cpu_count() or 1) // (jobs or 1))
-    live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
-    view = SweepView(runs, st, err, live)
-    executor = executor_for(runs, jobs, ray, threads, view.on_progress)
-    try:
-        with view:
-            states = sweep(runs, st, executor, view.on_change)
-    finally:  # e.g. a local Ray started for this command ends with it
-        executor.close(cancel=True)
-    rows, failures = [], []
-    for run in runs:
-        mine = [states[node.key] for node in run.node.walk()]
-        failed = next((n for n in mine if n.state in (FAILED, BLOCKED)), None)
-        if failed is None:
-            rows.append(result_row(run, stored_metrics(st.open(run.node.stage, run.node.key))))
-            continue
-        error = failed.error
-        if not isinstance(error, FedhetError):
-            why = f"{failed.state}: {type(error).__name__}: {error}" if error else failed.state
-            error = RunError(f"{run.label} ({failed.task.node.stage}) {why}")
-        failures.append(error)
-        rows.append(_failed_row(run, error))
-    return rows, failures
 
 
 @app.command(
@@ -453,8 +361,8 @@ def plan(
     or missing, with the time still needed where a stored run of the same stage and shape
     gives an estimate. A stage shared by several runs is listed once, under the first."""
     spec = _load(path, overrides=overrides)
+    from fedhet.execution.planning import runs_of
     from fedhet.reports.status import plan_rows
-    from fedhet.runs import runs_of
 
     rows, summary = plan_rows(runs_of(spec), ArtifactStore(store))
     columns = [
@@ -506,8 +414,8 @@ def runs(
     """Every run of the spec with what the store holds of it: state, best and final accuracy,
     rounds done and training time."""
     spec = _load(path, overrides=overrides)
+    from fedhet.execution.planning import runs_of
     from fedhet.reports.status import run_row
-    from fedhet.runs import runs_of
 
     st = ArtifactStore(store)
     rows = [run_row(run, st) for run in runs_of(spec)]
@@ -528,7 +436,8 @@ TrainOpt = Annotated[
 
 def _stored_runs(path: Path, spec: Spec, store: ArtifactStore, train: bool) -> list:
     """The spec's runs; unless `train`, exit 2 naming those whose results are not stored."""
-    from fedhet.runs import require_stored, runs_of
+    from fedhet.execution.planning import runs_of
+    from fedhet.execution.results import require_stored
 
     runs = runs_of(spec)
     if not train:
@@ -577,8 +486,8 @@ def evaluate(
     """Global, per-class and per-client accuracy of each run's final (or best) model, whatever
     the method (TCT: its stage-2 linear model on the eNTK features)."""
     spec, st = _load(path, data_root, overrides), ArtifactStore(store)
+    from fedhet.execution.results import result
     from fedhet.reports.evaluation import evaluate_run
-    from fedhet.runs import result
 
     runs = _stored_runs(path, spec, st, train)
     reports = [evaluate_run(run, result(run, st, train), st, cgv=cgv, model=model) for run in runs]
@@ -714,7 +623,7 @@ def artifacts_ls(
     found = ArtifactStore(store).ls()
     if spec is not None:
         loaded = _load(spec)
-        from fedhet.runs import runs_of
+        from fedhet.execution.planning import runs_of
 
         keys = {node.key for run in runs_of(loaded) for node in run.node.walk()}
         found = [a for a in found if a.key in keys]
@@ -756,19 +665,9 @@ def artifacts_show(
         for name, value in described(environment).items():
             out.print(f"  {name:9s} {value}", markup=False, highlight=False, soft_wrap=True)
     table = Table("array", "shape", "chunks", "dtype")
-    for name, arr in _walk_arrays(group):
+    for name, arr in arrays(group):
         table.add_row(name, str(arr.shape), str(arr.chunks), str(arr.dtype))
     out.print(table)
-
-
-def _walk_arrays(group, prefix=""):
-    import zarr
-
-    for name, member in sorted(group.members()):
-        if isinstance(member, zarr.Array):
-            yield f"{prefix}{name}", member
-        else:
-            yield from _walk_arrays(member, f"{prefix}{name}/")
 
 
 @artifacts_app.command(
@@ -858,6 +757,7 @@ def main() -> None:
     signals.install()
     _warnings_to_stderr()
     try:
+        _add_method_commands()
         code = app(args=ray_address_form(sys.argv[1:]), standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except FedhetError as exc:

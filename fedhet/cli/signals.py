@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 
-from fedhet.core import interrupts
+from fedhet.process import interrupts
 
 
 def install() -> None:

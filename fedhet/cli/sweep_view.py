@@ -13,11 +13,12 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from fedhet.core import scheduler
 from fedhet.core.pipeline import PROGRESS
-from fedhet.core.scheduler import NodeState
 from fedhet.core.store import ArtifactStore
-from fedhet.runs import Run, stored_metrics
+from fedhet.execution import scheduler
+from fedhet.execution.planning import Run
+from fedhet.execution.results import stored_metrics
+from fedhet.execution.scheduler import NodeState
 
 DONE = {scheduler.COMPUTED: "done", scheduler.REUSED: "reused"}
 

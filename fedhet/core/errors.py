@@ -33,27 +33,6 @@ class DivergedError(RunError):
         return type(self), (str(self), self.round_number, self.metrics)
 
 
-class Interrupted(BaseException):  # noqa: N818 (not an error: the user asked to stop)
-    """SIGINT or SIGTERM arrived. A BaseException, so no `except Exception` swallows it; the
-    stage that is running saves its checkpoint and adds where it stopped to `where`."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.exit_code = 128 + signum
-        self.where = ""  # e.g. "at round 3 of 20 (train 1a2b3c4d5e6f)"
-        self.stage = ""  # the stage and short key it stopped in, set once by the innermost
-
-    def in_stage(self, stage: str) -> None:
-        """Record the stage (and key) that was running, unless an inner stage already did."""
-        if not self.stage:
-            self.stage = stage
-            self.where = f"{self.where} ({stage})" if self.where else f"in {stage}"
-
-    def __str__(self) -> str:
-        where = f" {self.where}" if self.where else ""
-        return f"interrupted{where}; run the same command to resume"
-
-
 def release_frames(error: BaseException) -> None:
     """Clear the locals of the finished frames in the tracebacks of `error` and of the errors it
     chains (cause, context): an error kept after its stage (a sweep's failures, a pool worker's

@@ -15,11 +15,13 @@ from typing import Any, Protocol
 import zarr
 from rich.console import Console
 
-from fedhet.core import allocator, divergence, provenance, registry
-from fedhet.core.errors import DivergedError, Interrupted, release_frames
+from fedhet.core import divergence, provenance, registry
+from fedhet.core.errors import DivergedError, release_frames
 from fedhet.core.keys import stage_key
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
+from fedhet.process import allocator
+from fedhet.process.interrupts import Interrupted
 
 
 @dataclass

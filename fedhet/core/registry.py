@@ -69,6 +69,9 @@ class Method:
     configs: tuple[type[AlgorithmSpec], ...] = ()  # one MethodConfig subclass per algorithm
     objectives: tuple[ObjectiveEntry | Any, ...] = ()  # ObjectiveEntry objects or wrapper classes
     stages: tuple[str, ...] = ()  # modules that register the method's stages when imported
+    # "package.module:attribute" of a typer.Typer whose commands join fedhet's command line; its
+    # module is imported on every command, so it stays light (the method's code imported inside)
+    commands: tuple[str, ...] = ()
 
 
 def _objective_entry(wrapper: Any) -> ObjectiveEntry:
@@ -204,6 +207,20 @@ def load_stages() -> None:
     for method in methods().values():
         for module in method.stages:
             _import(module, f"method {method.name!r}")
+
+
+@cache
+def commands() -> list[Any]:
+    """The typer.Typer objects that methods' `commands` name; one that cannot be imported is
+    skipped with a warning (every other command keeps working)."""
+    found = []
+    for method in methods().values():
+        for path in method.commands:
+            try:
+                found.append(_resolve(path))
+            except Exception as err:  # whatever a broken plug-in raises
+                log.warning(f"method {method.name!r}: cannot import {path}: {err}; skipped")
+    return found
 
 
 def problems() -> list[str]:

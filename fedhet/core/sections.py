@@ -19,7 +19,7 @@ OMIT_IF_DEFAULT = OmitIfDefault()
 MAX_SEED = 2**63 - 1
 # Upper bounds of the other numeric fields: counts that loops, batches and int64 tensors can
 # honour. A model whose widths pass them but whose parameters would not fit in memory is refused
-# when the spec is loaded (`fedhet.core.memory`).
+# when the spec is loaded (`fedhet.process.memory`).
 MAX_COUNT = 10**6  # rounds, steps, samples, batch sizes, chunk sizes
 MAX_WIDTH = 10**6  # layer widths and feature dimensions
 MAX_LAYERS = 64

@@ -25,8 +25,9 @@ import numpy as np
 import zarr
 
 from fedhet import __version__
-from fedhet.core import interrupts, lockfile, provenance
+from fedhet.core import provenance
 from fedhet.core.errors import InputError
+from fedhet.process import interrupts, lockfile
 
 TMP_MARK = ".tmp-"
 
@@ -47,13 +48,14 @@ def array_checksum(array: zarr.Array) -> str:
     return digest.hexdigest()
 
 
-def _arrays(group: zarr.Group, prefix: str = "") -> Iterator[tuple[str, zarr.Array]]:
+def arrays(group: zarr.Group, prefix: str = "") -> Iterator[tuple[str, zarr.Array]]:
+    """Every array of `group` and its subgroups, by path ("metrics/test_accuracy"), in order."""
     for name, member in sorted(group.members()):
         path = f"{prefix}{name}"
         if isinstance(member, zarr.Array):
             yield path, member
         else:
-            yield from _arrays(member, f"{path}/")
+            yield from arrays(member, f"{path}/")
 
 
 def _dir_size(path: Path) -> int:
@@ -168,7 +170,7 @@ class ArtifactStore:
                         "created": datetime.now(UTC).isoformat(timespec="seconds"),
                         "wall_time_s": round(time.time() - started, 3),
                         "command": " ".join(sys.argv),
-                        "checksums": {name: array_checksum(a) for name, a in _arrays(group)},
+                        "checksums": {name: array_checksum(a) for name, a in arrays(group)},
                     }
                 )
                 os.rename(tmp, final)
@@ -185,11 +187,11 @@ class ArtifactStore:
         try:
             group = self.open(stage, key)
             expected = dict(group.attrs.get("checksums", {}))
-            arrays = dict(_arrays(group))
+            stored = dict(arrays(group))
         except Exception as err:  # unreadable metadata is corruption, whatever zarr raised
             return [f"unreadable: {err}"]
-        problems = [f"{name}: array missing" for name in expected if name not in arrays]
-        for name, array in arrays.items():
+        problems = [f"{name}: array missing" for name in expected if name not in stored]
+        for name, array in stored.items():
             if name not in expected:
                 problems.append(f"{name}: no recorded checksum")
                 continue

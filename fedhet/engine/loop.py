@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.core.errors import DivergedError, Interrupted
+from fedhet.core.errors import DivergedError
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.engine import tensors
 from fedhet.engine.executor import ClientExecutor, SequentialExecutor
@@ -20,6 +20,7 @@ from fedhet.engine.schedule import round_lr
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import ClientJob, ClientResult, Traffic, Trainer
+from fedhet.process.interrupts import Interrupted
 
 
 @torch.no_grad()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
-from fedhet.core import interrupts
+from fedhet.process import interrupts
 
 if TYPE_CHECKING:
     import torch

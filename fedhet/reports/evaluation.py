@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import zarr
 
-from fedhet.core import allocator, provenance
+from fedhet.core import provenance
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext
 from fedhet.core.store import ArtifactStore
@@ -17,9 +17,10 @@ from fedhet.engine.description import ModelChoice
 from fedhet.engine.loop import evaluate
 from fedhet.engine.run_format import read_client_states
 from fedhet.engine.setup import build_setup
+from fedhet.execution.planning import Run
 from fedhet.metrics.accuracy import Scores, class_accuracies
 from fedhet.metrics.cgv import client_gradient_variance
-from fedhet.runs import Run
+from fedhet.process import allocator
 
 
 @torch.no_grad()

@@ -26,7 +26,9 @@ from fedhet.core.errors import InputError
 from fedhet.core.store import ArtifactStore
 from fedhet.engine.run_format import METRICS
 from fedhet.engine.tensorboard import RoundWriter
-from fedhet.runs import Run, result, stored_metrics, varying_fields
+from fedhet.execution.labels import varying_fields
+from fedhet.execution.planning import Run
+from fedhet.execution.results import result, stored_metrics
 
 TableFormat = Literal["csv", "parquet", "json"]
 

@@ -22,9 +22,10 @@ from fedhet.core import provenance
 from fedhet.core.errors import DivergedError
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
+from fedhet.execution.planning import Run
+from fedhet.execution.results import result, result_row, stored_metrics
 from fedhet.figures import Curve, metric_curves
 from fedhet.metrics.summary import rounds_to_reach
-from fedhet.runs import Run, result, result_row, stored_metrics
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
 

@@ -13,7 +13,8 @@ from typing import Any
 from fedhet.core.pipeline import StageNode
 from fedhet.core.store import ArtifactInfo, ArtifactStore
 from fedhet.engine.run_format import Checkpoints
-from fedhet.runs import Run, result_row, stored_metrics
+from fedhet.execution.planning import Run
+from fedhet.execution.results import result_row, stored_metrics
 
 STORED, PARTIAL, MISSING = "stored", "partial", "missing"
 # The federation fields that set how much work a round is.

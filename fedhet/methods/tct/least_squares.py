@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 # elements of one converted slab of features: 16 MiB of float64, under the heap's mmap
-# threshold (fedhet.core.allocator), so a slab's memory is reused instead of page-faulted
+# threshold (fedhet.process.allocator), so a slab's memory is reused instead of page-faulted
 SLAB_ELEMENTS = 1 << 21
 
 

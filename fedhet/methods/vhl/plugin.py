@@ -9,4 +9,5 @@ METHOD = Method(
     "vhl",
     objectives=(ObjectiveEntry("vhl", VHLSpec, "fedhet.methods.vhl.wrapper:VHL"),),
     stages=("fedhet.methods.vhl.virtual_stage",),
+    commands=("fedhet.methods.vhl.command:commands",),
 )

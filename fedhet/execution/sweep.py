@@ -6,19 +6,12 @@ from __future__ import annotations
 from rich.console import Console
 
 from fedhet.core.errors import InputError, release_frames
-from fedhet.core.executors import LocalProcesses, progress_sink
 from fedhet.core.pipeline import ProgressSink, RunContext, compute
-from fedhet.core.scheduler import (
-    Executor,
-    Listener,
-    NodeState,
-    Scheduler,
-    Task,
-    final_task,
-    plan_tasks,
-)
 from fedhet.core.store import ArtifactStore
-from fedhet.runs import Run
+from fedhet.execution.local_processes import LocalProcesses, progress_sink
+from fedhet.execution.planning import Run
+from fedhet.execution.scheduler import Executor, Listener, NodeState, Scheduler
+from fedhet.execution.tasks import Task, plan_tasks
 
 
 def compute_task(task: Task) -> str:
@@ -34,11 +27,6 @@ def compute_task(task: Task) -> str:
         raise
 
 
-def final_tasks(runs: list[Run], store: ArtifactStore) -> list[Task]:
-    root = str(store.root.resolve())
-    return [final_task(run.spec, root, run.node_labels(), run.label) for run in runs]
-
-
 def executor_for(
     runs: list[Run],
     jobs: int | None,
@@ -50,7 +38,7 @@ def executor_for(
     the local workers report the progress of their nodes to `on_progress`."""
     if ray_address is None:
         return LocalProcesses(compute_task, jobs or 1, threads, on_progress)
-    from fedhet.core.ray_executor import RayTasks
+    from fedhet.execution.ray_tasks import RayTasks
 
     asks = {(r.spec.runtime.resources.cpus, r.spec.runtime.resources.gpus) for r in runs}
     if len(asks) > 1:
@@ -79,5 +67,5 @@ def sweep(
     runs: list[Run], store: ArtifactStore, executor: Executor, on_change: Listener
 ) -> dict[str, NodeState]:
     """Run every missing node of every run; the final state of every node by key."""
-    tasks = plan_tasks(final_tasks(runs, store))
+    tasks = plan_tasks(runs, str(store.root.resolve()))
     return Scheduler(tasks, executor, on_change).run()

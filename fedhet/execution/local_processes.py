@@ -1,4 +1,4 @@
-"""Where the scheduler's nodes are computed: N local worker processes (Ray: ray_executor)."""
+"""Where the scheduler's nodes are computed: N local worker processes (Ray: ray_tasks)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.queues import Queue
 
-from fedhet.core import interrupts, lockfile
 from fedhet.core.pipeline import ProgressSink
-from fedhet.core.scheduler import Task
+from fedhet.execution.tasks import Task
+from fedhet.process import interrupts, lockfile
 
 Work = Callable[[Task], str]  # computes one node (module-level, so workers can import it)
 

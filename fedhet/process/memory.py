@@ -1,11 +1,10 @@
 """Whether a model fits in this machine's memory, checked before anything is allocated: a spec
-asking for more is refused with the size it would need instead of failing deep in a run."""
+asking for more is refused (by the caller) with the size it would need instead of failing deep
+in a run."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-from fedhet.core.errors import InputError
 
 # Training holds several fp32 copies of the parameters: the weights, their gradients, optimizer
 # or algorithm state (momentum, control variates) and the global model beside a client's.
@@ -27,13 +26,14 @@ def available_bytes() -> int | None:
     return None
 
 
-def require_fits(parameters: int, what: str, fix: str) -> None:
-    """InputError naming `what` and the memory it would need, unless `parameters` fit."""
+def shortage(parameters: int, what: str, fix: str) -> str | None:
+    """One line naming `what` and the memory it would need when `parameters` do not fit, else
+    None."""
     need = parameters * FP32_BYTES * COPIES
     available = available_bytes()
     if available is None or need <= available:
-        return
-    raise InputError(
+        return None
+    return (
         f"{what}: {parameters:,} parameters need about {_gib(need)} to train ({COPIES}x their "
         f"fp32 size), more than the {_gib(available)} this machine has available; {fix}"
     )

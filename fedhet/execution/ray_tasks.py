@@ -11,8 +11,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from fedhet.core.errors import InputError
-from fedhet.core.executors import Work
-from fedhet.core.scheduler import Task
+from fedhet.execution.local_processes import Work
+from fedhet.execution.tasks import Task
 
 CONNECT_TIMEOUT_S = 5.0
 

@@ -16,68 +16,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fedhet.core.errors import Interrupted
-from fedhet.core.pipeline import BUSY, COMPUTED, REUSED, StageNode
-from fedhet.core.spec import Spec
-
-
-@dataclass(frozen=True)
-class Task:
-    """What a worker needs to compute one node. It travels to other processes as the run's
-    spec (JSON) and the node's key, and is planned again there."""
-
-    node: StageNode
-    spec: Spec  # the spec the node runs under
-    run_spec: Spec  # the spec of the run that brought the node in
-    store_root: str
-    labels: dict[str, str]
-    run_name: str | None  # the run whose final node this is; None for shared upstream nodes
-
-    @property
-    def key(self) -> str:
-        return self.node.key
-
-    def __reduce__(self):
-        spec = self.run_spec.model_dump(mode="json", serialize_as_any=True)
-        return _replanned, (spec, self.key, self.store_root, self.labels, self.run_name)
-
-
-def final_task(run_spec: Spec, store_root: str, labels: dict[str, str], run_name: str) -> Task:
-    node = run_spec.algorithm.plan(run_spec)
-    return Task(node, run_spec, run_spec, store_root, labels, run_name)
-
-
-def _replanned(
-    spec: dict, key: str, store_root: str, labels: dict[str, str], run_name: str | None
-) -> Task:
-    final = final_task(Spec.model_validate(spec), store_root, labels, run_name or "")
-    return _tasks_below(final)[key]
-
-
-def _tasks_below(final: Task) -> dict[str, Task]:
-    """The final task and every task below it, upstream first, each with its node's spec (its
-    own where it has one, else the nearest one above)."""
-    tasks: dict[str, Task] = {}
-
-    def visit(node: StageNode, spec: Spec, run_name: str | None) -> None:
-        spec = node.spec or spec
-        for up in node.upstream.values():
-            visit(up, spec, None)
-        tasks.setdefault(
-            node.key, Task(node, spec, final.run_spec, final.store_root, final.labels, run_name)
-        )
-
-    visit(final.node, final.spec, final.run_name)
-    return tasks
-
-
-def plan_tasks(finals: list[Task]) -> dict[str, Task]:
-    """Every node below the runs' final nodes once (the first run that needs it brings it)."""
-    tasks: dict[str, Task] = {}
-    for final in finals:
-        for key, task in _tasks_below(final).items():
-            tasks.setdefault(key, task)
-    return tasks
+from fedhet.core.pipeline import BUSY, COMPUTED, REUSED
+from fedhet.execution.tasks import Task
+from fedhet.process.interrupts import Interrupted
 
 
 class Executor(Protocol):

@@ -1,0 +1,95 @@
+"""A run's result: computed in this process, or read from the store (its divergence too), and
+summarized as one row."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import zarr
+
+from fedhet.core import divergence
+from fedhet.core.errors import DivergedError, FedhetError, InputError
+from fedhet.core.pipeline import RunContext, ensure
+from fedhet.core.store import ArtifactStore
+from fedhet.engine import tensorboard
+from fedhet.execution.planning import Run
+from fedhet.metrics.summary import summarize
+
+
+def execute(run: Run, store: ArtifactStore) -> zarr.Group:
+    if run.spec.runtime.tensorboard is not None:  # before anything is computed
+        tensorboard.check_folder(run.spec.runtime.tensorboard, "runtime.tensorboard")
+    context = RunContext(run.spec, store, labels=run.node_labels(), run_name=run.label)
+    return ensure(run.node, context)
+
+
+def result(run: Run, store: ArtifactStore, train: bool) -> zarr.Group:
+    """The run's final artifact, computed (with whatever it needs) only when `train`. Raises
+    the run's DivergedError when it diverged: without `train`, the one recorded in its stage's
+    partial folder (fedhet.core.divergence), so that readers report it without training."""
+    if train:
+        return execute(run, store)
+    if not store.exists(run.node.stage, run.node.key):
+        diverged = stored_divergence(run, store)
+        if diverged is not None:
+            raise diverged
+    return store.open(run.node.stage, run.node.key)
+
+
+def stored_divergence(run: Run, store: ArtifactStore) -> DivergedError | None:
+    """The divergence recorded when the run's stage last ran, else None."""
+    return divergence.recorded(store.partial_dir(run.node.stage, run.node.key))
+
+
+def require_stored(runs: list[Run], store: ArtifactStore, spec_path: str, shown: int = 5) -> None:
+    """Raise InputError, in one line naming them, when some runs' results are not in the store
+    (a run that diverged has its result: the divergence): commands that read results (eval,
+    report) train only when asked to."""
+    missing = [
+        run
+        for run in runs
+        if not store.exists(run.node.stage, run.node.key) and not stored_divergence(run, store)
+    ]
+    if not missing:
+        return
+    names = [_missing_name(run, store) for run in missing[:shown]]
+    if len(missing) > shown:
+        names.append(f"{len(missing) - shown} more")
+    raise InputError(
+        f"{len(missing)} of {len(runs)} runs are not stored ({'; '.join(names)}); run "
+        f"`fedhet train {spec_path}` first or pass --train"
+    )
+
+
+def _missing_name(run: Run, store: ArtifactStore) -> str:
+    node = run.node
+    kept = ", checkpoint kept" if store.partial_dir(node.stage, node.key).exists() else ""
+    return f"{run.label} ({node.stage} {node.key[:12]}{kept})"
+
+
+def stored_metrics(group: zarr.Group) -> dict[str, list[float]]:
+    return {name: arr[:].tolist() for name, arr in group["metrics"].arrays()}
+
+
+def result_row(run: Run, metrics: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    summary = summarize(metrics, run.spec.eval.target_accuracy)
+    return {
+        "algorithm": run.algorithm_label,
+        "setting": run.setting_label,
+        "seed": run.spec.seed,
+        **summary,
+    }
+
+
+def failed_row(run: Run, error: FedhetError) -> dict[str, Any]:
+    """The row of a run that failed: what it completed before it diverged, or only `failed`."""
+    if not isinstance(error, DivergedError):
+        return {
+            "algorithm": run.algorithm_label,
+            "setting": run.setting_label,
+            "seed": run.spec.seed,
+            "final_accuracy": "failed",
+        }
+    failed = f"diverged {error.round_number}/{run.spec.federation.rounds}"
+    return {**result_row(run, error.metrics), "final_accuracy": failed}
