@@ -19,8 +19,10 @@ from fedhet import __version__
 from fedhet.cli import crash, signals
 from fedhet.cli.output import Column, Format, show
 from fedhet.core.errors import DivergedError, FedhetError, InputError, Interrupted, RunError
+from fedhet.core.memory import require_models_fit
 from fedhet.core.spec import Spec, expand, load_spec
 from fedhet.core.store import ArtifactStore
+from fedhet.data.shapes import DATA_SHAPES
 
 # Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
 # terminal's width (the rich mode keeps every source line break of a docstring)
@@ -95,32 +97,12 @@ FormatOpt = Annotated[
 def _load(path: Path, data_root: Path | None = None, overrides: list[str] | None = None) -> Spec:
     """The validated spec, before any heavy import: every command starts here."""
     spec = load_spec(path, overrides or ())
-    _require_memory(path, spec)
+    require_models_fit(spec, path, DATA_SHAPES)
     if data_root is not None:
         spec = spec.model_copy(
             update={"data": spec.data.model_copy(update={"root": str(data_root)})}
         )
     return spec
-
-
-SHRINK = {
-    "mlp": "narrow model.hidden",
-    "simple_cnn": "narrow model.channels or model.fc_width",
-    "resnet18": "lower model.width",
-    "resnet20": "lower model.width",
-}
-
-
-def _require_memory(path: Path, spec: Spec) -> None:
-    """Refuse a run whose model's parameters would not fit in memory, counted from the spec
-    and the dataset's shape before anything is allocated."""
-    from fedhet.core.memory import require_fits
-    from fedhet.data.shapes import DATA_SHAPES
-
-    for _, run in expand(spec):
-        shape = DATA_SHAPES[run.data.dataset]
-        parameters = run.model.parameter_count(shape.image, shape.classes)
-        require_fits(parameters, f"{path}: model ({run.model.arch})", SHRINK[run.model.arch])
 
 
 def _fmt(value) -> str:

@@ -3,9 +3,12 @@ asking for more is refused with the size it would need instead of failing deep i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
+from fedhet.core.architectures import describe
 from fedhet.core.errors import InputError
+from fedhet.core.spec import Spec, expand
 
 # Training holds several fp32 copies of the parameters: the weights, their gradients, optimizer
 # or algorithm state (momentum, control variates) and the global model beside a client's.
@@ -37,6 +40,17 @@ def require_fits(parameters: int, what: str, fix: str) -> None:
         f"{what}: {parameters:,} parameters need about {_gib(need)} to train ({COPIES}x their "
         f"fp32 size), more than the {_gib(available)} this machine has available; {fix}"
     )
+
+
+def require_models_fit(
+    spec: Spec, where: Path, shapes: Mapping[str, tuple[tuple[int, int, int], int]]
+) -> None:
+    """Refuse a spec any of whose runs' models would not fit, counted from the model's
+    description and its dataset's (image shape, classes) in `shapes`."""
+    for _, run in expand(spec):
+        image, classes = shapes[run.data.dataset]
+        model = describe(run.model, image, classes)
+        require_fits(model.parameter_count, f"{where}: model ({run.model.arch})", model.shrink)
 
 
 def _gib(size: int) -> str:
