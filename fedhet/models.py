@@ -9,15 +9,13 @@ ends in the flat penultimate features, so every stage name is a valid split poin
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Literal
 
 import torch
 from torch import nn
 
+from fedhet.core import architectures as arch
 from fedhet.core.errors import InputError
-from fedhet.core.spec import RESNET_BLOCKS, ModelSpec
-
-Norm = Literal["batch", "group", "none"]
+from fedhet.core.spec import ModelSpec
 
 
 class FedModel(nn.Module):
@@ -49,99 +47,45 @@ class FedModel(nn.Module):
         return low, high
 
 
-# --- normalization ----------------------------------------------------------------------
+# --- layers -----------------------------------------------------------------------------
 
 
-def _norm(kind: Norm, channels: int, groups: int, dims: int) -> nn.Module:
-    """The normalization layer for `channels` features; `dims` is 1 (vectors) or 2 (images)."""
-    if kind == "batch":
-        return nn.BatchNorm1d(channels) if dims == 1 else nn.BatchNorm2d(channels)
-    if kind == "group":
-        return nn.GroupNorm(groups, channels)
+def _norm(norm: arch.Norm) -> nn.Module:
+    if norm.kind == "batch":
+        return nn.BatchNorm1d(norm.channels) if norm.dims == 1 else nn.BatchNorm2d(norm.channels)
+    if norm.kind == "group":
+        return nn.GroupNorm(norm.groups, norm.channels)
     return nn.Identity()
 
 
-def _check_groups(spec: ModelSpec, widths: list[int], field: str) -> None:
-    if spec.norm != "group":
-        return
-    bad = [w for w in widths if w % spec.groups]
-    if bad:
-        raise InputError(
-            f"model.groups={spec.groups} does not divide {field} width(s) {bad}; "
-            f"choose groups that divides every width of {widths}"
-        )
+def _linear(linear: arch.Linear) -> nn.Linear:
+    return nn.Linear(linear.n_in, linear.n_out)
 
 
-def _block(*layers: nn.Module) -> nn.Sequential:
-    """A stage, leaving out Identity layers (norm=none) so no-op modules never appear."""
-    return nn.Sequential(*(layer for layer in layers if not isinstance(layer, nn.Identity)))
-
-
-# --- mlp --------------------------------------------------------------------------------
-
-
-def _mlp(spec: ModelSpec, in_shape: tuple[int, int, int], num_classes: int) -> FedModel:
-    _check_groups(spec, spec.hidden, "model.hidden")
-    in_dim = in_shape[0] * in_shape[1] * in_shape[2]
-    if not spec.hidden:  # multinomial logistic regression
-        return FedModel(
-            nn.Sequential(OrderedDict(flatten=nn.Flatten())), nn.Linear(in_dim, num_classes)
-        )
-    stages: OrderedDict[str, nn.Module] = OrderedDict()
-    width = in_dim
-    for i, out in enumerate(spec.hidden, start=1):
-        flatten = [nn.Flatten()] if i == 1 else []
-        norm = _norm(spec.norm, out, spec.groups, dims=1)
-        stages[f"hidden{i}"] = _block(*flatten, nn.Linear(width, out), norm, nn.ReLU())
-        width = out
-    return FedModel(nn.Sequential(stages), nn.Linear(width, num_classes))
-
-
-# --- simple_cnn -------------------------------------------------------------------------
-
-
-def _simple_cnn(spec: ModelSpec, in_shape: tuple[int, int, int], num_classes: int) -> FedModel:
-    """Two 5x5 'same' convolutions with 2x2 max-pooling, then two fully connected layers.
-
-    padding=2 keeps each conv's spatial size, so 8x8, 28x28 and 32x32 inputs all work.
-    """
-    _check_groups(spec, spec.channels, "model.channels")
-    c_in, height, width = in_shape
-    if height < 4 or width < 4:
-        raise InputError(f"simple_cnn needs inputs of at least 4x4 pixels, got {height}x{width}")
-    c1, c2 = spec.channels
-
-    def conv_stage(cin: int, cout: int) -> nn.Sequential:
-        norm = _norm(spec.norm, cout, spec.groups, dims=2)
-        return _block(nn.Conv2d(cin, cout, 5, padding=2), norm, nn.ReLU(), nn.MaxPool2d(2))
-
-    flat = c2 * (height // 4) * (width // 4)
-    stages = OrderedDict(
-        conv1=conv_stage(c_in, c1),
-        conv2=conv_stage(c1, c2),
-        fc1=nn.Sequential(nn.Flatten(), nn.Linear(flat, spec.fc_width), nn.ReLU()),
+def _conv(conv: arch.Conv) -> nn.Conv2d:
+    return nn.Conv2d(
+        conv.c_in,
+        conv.c_out,
+        conv.kernel,
+        stride=conv.stride,
+        padding=conv.padding,
+        bias=conv.bias,
     )
-    return FedModel(nn.Sequential(stages), nn.Linear(spec.fc_width, num_classes))
-
-
-# --- resnet -----------------------------------------------------------------------------
 
 
 class BasicBlock(nn.Module):
     """Two 3x3 convolutions with a residual connection (1x1 conv shortcut when shapes change)."""
 
-    def __init__(self, c_in: int, c_out: int, stride: int, norm: Norm, groups: int) -> None:
+    def __init__(self, block: arch.ResidualBlock) -> None:
         super().__init__()
-        bias = norm == "none"  # a following norm layer makes a conv bias redundant
-        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=bias)
-        self.norm1 = _norm(norm, c_out, groups, dims=2)
-        self.conv2 = nn.Conv2d(c_out, c_out, 3, stride=1, padding=1, bias=bias)
-        self.norm2 = _norm(norm, c_out, groups, dims=2)
+        self.conv1 = _conv(block.conv1)
+        self.norm1 = _norm(block.norm1)
+        self.conv2 = _conv(block.conv2)
+        self.norm2 = _norm(block.norm2)
         self.relu = nn.ReLU()
         self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or c_in != c_out:
-            conv = nn.Conv2d(c_in, c_out, 1, stride=stride, bias=bias)
-            self.shortcut = _block(conv, _norm(norm, c_out, groups, dims=2))
+        if block.shortcut is not None:
+            self.shortcut = _stage(block.shortcut)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.norm1(self.conv1(x)))
@@ -149,27 +93,53 @@ class BasicBlock(nn.Module):
         return self.relu(out + self.shortcut(x))
 
 
-def _resnet(
-    spec: ModelSpec, in_shape: tuple[int, int, int], num_classes: int, blocks: list[int]
-) -> FedModel:
-    """CIFAR-style ResNet: 3x3 stride-1 stem, no max-pool, stages doubling the width."""
-    widths = [spec.width * 2**i for i in range(len(blocks))]
-    _check_groups(spec, widths, "resnet stage (model.width * 2**stage)")
-    bias = spec.norm == "none"
-    stem_conv = nn.Conv2d(in_shape[0], widths[0], 3, stride=1, padding=1, bias=bias)
-    stages: OrderedDict[str, nn.Module] = OrderedDict(
-        stem=_block(stem_conv, _norm(spec.norm, widths[0], spec.groups, dims=2), nn.ReLU())
-    )
-    c_in = widths[0]
-    for i, (width, count) in enumerate(zip(widths, blocks, strict=True), start=1):
-        stride = 1 if i == 1 else 2  # every layer after the first halves the spatial size
-        layer = []
-        for _ in range(count):
-            layer.append(BasicBlock(c_in, width, stride, spec.norm, spec.groups))
-            c_in, stride = width, 1
-        stages[f"layer{i}"] = nn.Sequential(*layer)
-    stages["pool"] = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    return FedModel(nn.Sequential(stages), nn.Linear(c_in, num_classes))
+def _module(layer: arch.Layer) -> nn.Module:
+    """The torch module of one described layer, initialized from the global torch RNG."""
+    match layer:
+        case arch.Linear():
+            return _linear(layer)
+        case arch.Conv():
+            return _conv(layer)
+        case arch.Norm():
+            return _norm(layer)
+        case arch.ReLU():
+            return nn.ReLU()
+        case arch.MaxPool(size):
+            return nn.MaxPool2d(size)
+        case arch.GlobalAvgPool():
+            return nn.AdaptiveAvgPool2d(1)
+        case arch.Flatten():
+            return nn.Flatten()
+        case arch.ResidualBlock():
+            return BasicBlock(layer)
+    raise TypeError(f"no torch module for {layer!r}")
+
+
+def _stage(layers: tuple[arch.Layer, ...]) -> nn.Sequential:
+    """The layers in order, leaving out Identity layers (norm=none) so no-op modules never
+    appear."""
+    modules = [_module(layer) for layer in layers]
+    return nn.Sequential(*(m for m in modules if not isinstance(m, nn.Identity)))
+
+
+def _check_groups(spec: ModelSpec, described: arch.Architecture) -> None:
+    if spec.norm != "group":
+        return
+    widths = list(described.widths)
+    bad = [w for w in widths if w % spec.groups]
+    if bad:
+        raise InputError(
+            f"model.groups={spec.groups} does not divide {described.widths_field} width(s) "
+            f"{bad}; choose groups that divides every width of {widths}"
+        )
+
+
+def _check_input(spec: ModelSpec, described: arch.Architecture, shape: tuple[int, ...]) -> None:
+    height, width, least = *shape[1:], described.min_size
+    if height < least or width < least:
+        raise InputError(
+            f"{spec.arch} needs inputs of at least {least}x{least} pixels, got {height}x{width}"
+        )
 
 
 # --- public API -------------------------------------------------------------------------
@@ -186,13 +156,14 @@ def build_model(
         raise InputError(f"model input shape must be (channels, height, width), got {in_shape}")
     if num_classes < 1:
         raise InputError(f"model needs at least 1 output class, got num_classes={num_classes}")
+    described = arch.describe(spec, in_shape, num_classes)
+    _check_groups(spec, described)
+    _check_input(spec, described, in_shape)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if spec.arch == "mlp":
-            return _mlp(spec, in_shape, num_classes)
-        if spec.arch == "simple_cnn":
-            return _simple_cnn(spec, in_shape, num_classes)
-        return _resnet(spec, in_shape, num_classes, RESNET_BLOCKS[spec.arch])
+        stages = OrderedDict((stage.name, _stage(stage.layers)) for stage in described.stages)
+        features = nn.Sequential(stages)  # built before the head: the seeded order of init
+        return FedModel(features, _linear(described.head))
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -16,27 +15,6 @@ from conftest import TINY_SPEC, CliRunner, write_spec
 
 from fedhet.core.errors import InputError
 from fedhet.core.spec import parse_spec
-from fedhet.data.shapes import DATA_SHAPES
-from fedhet.models import build_model, num_parameters
-
-MODELS = [
-    {"arch": "mlp", "hidden": []},
-    {"arch": "mlp", "hidden": [12, 8, 4]},
-    {"arch": "simple_cnn", "channels": [4, 6], "fc_width": 10},
-    {"arch": "resnet18", "width": 4},
-    {"arch": "resnet20", "width": 4},
-]
-
-
-@pytest.mark.parametrize(
-    ("model", "norm", "dataset"),
-    list(itertools.product(MODELS, ["batch", "group", "none"], ["digits", "cifar100"])),
-)
-def test_parameters_are_counted_without_building_the_model(model, norm, dataset):
-    spec = parse_spec({"model": {**model, "norm": norm}, "data": {"dataset": dataset}}).model
-    shape = DATA_SHAPES[dataset]
-    built = build_model(spec, shape.image, shape.classes, seed=0)
-    assert spec.parameter_count(shape.image, shape.classes) == num_parameters(built)
 
 
 @pytest.mark.parametrize(

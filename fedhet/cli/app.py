@@ -21,8 +21,10 @@ from fedhet import __version__
 from fedhet.cli import crash, signals
 from fedhet.cli.output import Column, Format, show
 from fedhet.core.errors import FedhetError, InputError, RunError
+from fedhet.core.memory_check import require_models_fit
 from fedhet.core.spec import Spec, expand, load_spec
 from fedhet.core.store import ArtifactStore, arrays
+from fedhet.data.shapes import DATA_SHAPES
 from fedhet.process.interrupts import Interrupted
 
 # Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
@@ -110,7 +112,7 @@ FormatOpt = Annotated[
 def _load(path: Path, data_root: Path | None = None, overrides: list[str] | None = None) -> Spec:
     """The validated spec, before any heavy import: every command starts here."""
     spec = load_spec(path, overrides or ())
-    _require_memory(path, spec)
+    require_models_fit(spec, path, DATA_SHAPES)
     if data_root is not None:
         spec = spec.model_copy(
             update={"data": spec.data.model_copy(update={"root": str(data_root)})}
@@ -118,26 +120,6 @@ def _load(path: Path, data_root: Path | None = None, overrides: list[str] | None
     return spec
 
 
-SHRINK = {
-    "mlp": "narrow model.hidden",
-    "simple_cnn": "narrow model.channels or model.fc_width",
-    "resnet18": "lower model.width",
-    "resnet20": "lower model.width",
-}
-
-
-def _require_memory(path: Path, spec: Spec) -> None:
-    """Refuse a run whose model's parameters would not fit in memory, counted from the spec
-    and the dataset's shape before anything is allocated."""
-    from fedhet.data.shapes import DATA_SHAPES
-    from fedhet.process.memory import shortage
-
-    for _, run in expand(spec):
-        shape = DATA_SHAPES[run.data.dataset]
-        parameters = run.model.parameter_count(shape.image, shape.classes)
-        message = shortage(parameters, f"{path}: model ({run.model.arch})", SHRINK[run.model.arch])
-        if message is not None:
-            raise InputError(message)
 
 
 # --- spec -------------------------------------------------------------------------------

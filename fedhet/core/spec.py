@@ -17,7 +17,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from fedhet.core import registry
+from fedhet.core import architectures, registry
 from fedhet.core.errors import InputError
 from fedhet.core.sections import (
     MAX_CLASSES,
@@ -166,10 +166,6 @@ def _applies_when(**choices: tuple[str, ...]) -> dict[str, Any]:
     return {"json_schema_extra": {"applies_when": {k: list(v) for k, v in choices.items()}}}
 
 
-# BasicBlocks per stage of each ResNet
-RESNET_BLOCKS = {"resnet18": [2, 2, 2, 2], "resnet20": [3, 3, 3]}
-
-
 class ModelSpec(Section):
     arch: Literal["mlp", "simple_cnn", "resnet18", "resnet20"] = "simple_cnn"
     norm: Literal["batch", "group", "none"] = "none"
@@ -217,48 +213,12 @@ class ModelSpec(Section):
     def split_points(self) -> list[str]:
         """The stage names of the model's feature extractor (`fedhet.models.FedModel`), known
         without building it."""
-        if self.arch == "mlp":
-            return [f"hidden{i}" for i in range(1, len(self.hidden) + 1)] or ["flatten"]
-        if self.arch == "simple_cnn":
-            return ["conv1", "conv2", "fc1"]
-        layers = len(RESNET_BLOCKS[self.arch])
-        return ["stem", *(f"layer{i}" for i in range(1, layers + 1)), "pool"]
+        return architectures.split_points(self)
 
     def parameter_count(self, in_shape: tuple[int, int, int], num_classes: int) -> int:
         """The number of parameters of `fedhet.models.build_model(self, in_shape, num_classes)`,
-        counted without building it (tests/test_models.py checks the two agree)."""
-        if self.arch == "mlp":
-            widths = [in_shape[0] * in_shape[1] * in_shape[2], *self.hidden]
-            hidden = sum(self._linear(a, b) + self._norm(b) for a, b in itertools.pairwise(widths))
-            return hidden + self._linear(widths[-1], num_classes)
-        if self.arch == "simple_cnn":
-            (c1, c2), (c_in, height, width) = self.channels, in_shape
-            convs = self._conv(c_in, c1, 5, True) + self._conv(c1, c2, 5, True)
-            flat = c2 * (height // 4) * (width // 4)
-            head = self._linear(flat, self.fc_width) + self._linear(self.fc_width, num_classes)
-            return convs + self._norm(c1) + self._norm(c2) + head
-        bias, c_in = self.norm == "none", self.width
-        total = self._conv(in_shape[0], c_in, 3, bias) + self._norm(c_in)
-        for stage, count in enumerate(RESNET_BLOCKS[self.arch]):
-            c_out = self.width * 2**stage
-            for block in range(count):
-                total += self._conv(c_in, c_out, 3, bias) + self._conv(c_out, c_out, 3, bias)
-                total += 2 * self._norm(c_out)
-                if (stage > 0 and block == 0) or c_in != c_out:  # the 1x1 shortcut
-                    total += self._conv(c_in, c_out, 1, bias) + self._norm(c_out)
-                c_in = c_out
-        return total + self._linear(c_in, num_classes)
-
-    def _norm(self, channels: int) -> int:
-        return 0 if self.norm == "none" else 2 * channels  # affine scale and shift
-
-    @staticmethod
-    def _linear(n_in: int, n_out: int) -> int:
-        return n_in * n_out + n_out
-
-    @staticmethod
-    def _conv(c_in: int, c_out: int, kernel: int, bias: bool) -> int:
-        return c_in * c_out * kernel * kernel + (c_out if bias else 0)
+        counted without building it (tests/test_architectures.py checks the two agree)."""
+        return architectures.describe(self, in_shape, num_classes).parameter_count
 
 
 # --- federation -------------------------------------------------------------------------

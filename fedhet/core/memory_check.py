@@ -1,0 +1,27 @@
+"""Refuse a spec whose models would not fit in this machine's memory, before anything is
+allocated: counted from each run's architecture description and its dataset's shape."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from fedhet.core.architectures import describe
+from fedhet.core.errors import InputError
+from fedhet.core.spec import Spec, expand
+from fedhet.process.memory import shortage
+
+
+def require_models_fit(
+    spec: Spec, where: Path, shapes: Mapping[str, tuple[tuple[int, int, int], int]]
+) -> None:
+    """Refuse a spec any of whose runs' models would not fit in memory, counted from the
+    model's description and its dataset's (image shape, classes) in `shapes`."""
+    for _, run in expand(spec):
+        image, classes = shapes[run.data.dataset]
+        model = describe(run.model, image, classes)
+        message = shortage(
+            model.parameter_count, f"{where}: model ({run.model.arch})", model.shrink
+        )
+        if message is not None:
+            raise InputError(message)
