@@ -515,13 +515,20 @@ def report(
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
     train: TrainOpt = False,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            help="algorithm label (as in the table) to pair the others with; default: the first",
+        ),
+    ] = None,
 ) -> None:
     """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves."""
     spec, st = _load(path, data_root, overrides), ArtifactStore(store)
     from fedhet.reports.report import write_report
 
     runs = _stored_runs(path, spec, st, train)
-    md, png = write_report(spec, runs, st, out_dir, err, train)
+    md, png = write_report(spec, runs, st, out_dir, err, train, baseline)
     out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
     out.print(f"wrote {md} and {png}")
 

@@ -1,28 +1,51 @@
-"""Derived metrics of a run: best and final accuracy, rounds to a target accuracy."""
+"""Derived metrics of a run: best and final accuracy, rounds to a target accuracy, and means of
+the test accuracy over its evaluated rounds (all of them, or the last tenth)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
+TAIL_DIVISOR = 10  # tail_mean averages the last 1/TAIL_DIVISOR of the evaluated rounds
+
+
+def evaluated(accuracies: Sequence[float]) -> list[tuple[int, float]]:
+    """(1-based round, test accuracy) of every round that was evaluated (its accuracy not NaN)."""
+    return [(rnd, acc) for rnd, acc in enumerate(accuracies, start=1) if not math.isnan(acc)]
+
 
 def rounds_to_reach(accuracies: Sequence[float], target: float) -> int | None:
     """First (1-based) round whose test accuracy is >= target; None when never reached."""
-    for rnd, acc in enumerate(accuracies, start=1):
-        if not math.isnan(acc) and acc >= target:
-            return rnd
-    return None
+    return next((rnd for rnd, acc in evaluated(accuracies) if acc >= target), None)
+
+
+def evaluated_mean(accuracies: Sequence[float]) -> float:
+    """Mean test accuracy over the evaluated rounds (the area under the accuracy curve divided
+    by its length); NaN when no round was evaluated."""
+    values = [acc for _, acc in evaluated(accuracies)]
+    return float(np.mean(values)) if values else math.nan
+
+
+def tail_mean(accuracies: Sequence[float]) -> float:
+    """Mean test accuracy over the last E // 10 of the E evaluated rounds, at least the last
+    one; NaN when no round was evaluated."""
+    values = [acc for _, acc in evaluated(accuracies)]
+    if not values:
+        return math.nan
+    return float(np.mean(values[-max(1, len(values) // TAIL_DIVISOR) :]))
 
 
 def summarize(metrics: Mapping[str, Sequence[float]], target: float | None = None) -> dict:
     acc = [a for a in metrics["test_accuracy"]]
-    evaluated = [(i + 1, a) for i, a in enumerate(acc) if not math.isnan(a)]
-    best_round, best = max(evaluated, key=lambda ra: ra[1]) if evaluated else (None, math.nan)
+    scored = evaluated(acc)
+    best_round, best = max(scored, key=lambda ra: ra[1]) if scored else (None, math.nan)
     out = {
         "rounds": len(acc),
         "best_accuracy": best,
         "best_round": best_round,
-        "final_accuracy": evaluated[-1][1] if evaluated else math.nan,
+        "final_accuracy": scored[-1][1] if scored else math.nan,
         "bytes_up": float(sum(metrics["bytes_up"])),
         "bytes_down": float(sum(metrics["bytes_down"])),
         "wall_time_s": float(sum(metrics["wall_time"])),

@@ -1,6 +1,8 @@
 """Paper-style reports of a matrix spec: markdown tables (accuracy, rounds to target, cost per
 round) and per-round curves (test accuracy and weight divergence).
 
+Under them, paired comparisons of every algorithm with a reference (fedhet.reports.comparison).
+
 A table cell summarizes one group of runs: runs whose configurations differ only in the seed
 (`Run.group`). Rows and columns are the groups' labels, which are unique per group, so two
 configurations are never averaged together.
@@ -19,13 +21,14 @@ import numpy as np
 from rich.console import Console
 
 from fedhet.core import provenance
-from fedhet.core.errors import DivergedError
+from fedhet.core.errors import DivergedError, InputError
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import Run
 from fedhet.execution.results import result, result_row, stored_metrics
 from fedhet.figures import Curve, metric_curves
 from fedhet.metrics.summary import rounds_to_reach
+from fedhet.reports.comparison import paired_section
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
 
@@ -125,10 +128,20 @@ def cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return grouped
 
 
-def with_rounds_to_reference(rows: list[dict]) -> tuple[list[dict], str]:
-    """Each row plus `rounds_to_reference`: rounds to the mean best accuracy of the matrix's
-    first algorithm in the same setting (the papers' "speedup" column)."""
-    reference = rows[0]["algorithm"]
+def reference_algorithm(runs: list[Run], baseline: str | None) -> str:
+    """The algorithm label the others are compared with: `baseline`, else the matrix's first."""
+    labels = list(dict.fromkeys(run.algorithm_label for run in runs))
+    if baseline is not None and baseline not in labels:
+        raise InputError(
+            f"--baseline {baseline!r} is no algorithm of this report; choose one of: "
+            + ", ".join(repr(label) for label in labels)
+        )
+    return labels[0] if baseline is None else baseline
+
+
+def with_rounds_to_reference(rows: list[dict], reference: str) -> list[dict]:
+    """Each row plus `rounds_to_reference`: rounds to the mean best accuracy of the reference
+    algorithm in the same setting (the papers' "speedup" column)."""
     targets = {
         setting: _mean([r["best_accuracy"] for r in group])
         for (algorithm, setting), group in cells(rows).items()
@@ -141,7 +154,7 @@ def with_rounds_to_reference(rows: list[dict]) -> tuple[list[dict], str]:
             rounds = rounds_to_reach(r["metrics"]["test_accuracy"], targets[r["setting"]])
             rounds = "never" if rounds is None else rounds
         out.append({**r, "rounds_to_reference": rounds})
-    return out, reference
+    return out
 
 
 def markdown_table(
@@ -257,7 +270,11 @@ def write_report(
     out_dir: Path,
     console: Console | None = None,
     train: bool = False,
+    baseline: str | None = None,
 ) -> tuple[Path, Path]:
+    """The report of `runs` into `out_dir` (markdown and curves); the paired comparisons are
+    against `baseline` (an algorithm label), else the matrix's first algorithm."""
+    reference = reference_algorithm(runs, baseline)
     rows = collect(runs, store, console or Console(stderr=True), train)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, png = out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.png"
@@ -281,13 +298,14 @@ def write_report(
             "it (k/n: k of the cell's n seeds did).\n\n"
             + markdown_table(rows, "rounds_to_target", _rounds)
         )
-    rows, reference = with_rounds_to_reference(rows)
+    rows = with_rounds_to_reference(rows, reference)
     sections.append(
         f"## Rounds to {reference}'s best accuracy\n\nRounds until the test accuracy first "
         f"reaches {reference}'s mean best accuracy (over seeds) in the same setting; mean over "
         "the seeds that reached it (k/n: k of the cell's n seeds did).\n\n"
         + markdown_table(rows, "rounds_to_reference", _rounds)
     )
+    sections.append(paired_section(cells(rows), reference, target))
     sections += [
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds; "
         "a round trip is one server-client exchange.\n\n" + cost_table(rows),
