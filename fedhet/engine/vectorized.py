@@ -241,7 +241,8 @@ class _Chunk:
 
     def train(self, masked: bool) -> list[CohortResult | Divergence]:
         settings = self.settings
-        buffers = {n: torch.zeros_like(p) for n, p in self.params.items()}
+        momentum = settings.momentum != 0
+        buffers = {n: torch.zeros_like(p) for n, p in self.params.items() if momentum}
         total_steps = self.index.shape[0]
         losses = torch.zeros(total_steps, len(self.clients), device=self.x.device)
         for s in range(total_steps):
@@ -259,11 +260,14 @@ class _Chunk:
                 d = grads[name]
                 if settings.weight_decay != 0:
                     d = d.add(p, alpha=settings.weight_decay)
-                if settings.momentum != 0:
+                if momentum:
                     buf = buffers[name][:active].mul(settings.momentum).add_(d)
                     buffers[name][:active] = _where(keep, buf, buffers[name][:active])
                     d = buf
-                p.copy_(_where(keep, p.add(d, alpha=-settings.lr), p))
+                if keep is None:
+                    p.add_(d, alpha=-settings.lr)
+                else:
+                    p.copy_(_where(keep, p.add(d, alpha=-settings.lr), p))
         return self._results(losses)
 
     def _results(self, losses: Tensor) -> list[CohortResult | Divergence]:
