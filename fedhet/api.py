@@ -1,0 +1,141 @@
+"""fedhet from Python, for notebooks: a spec's runs, their per-round metrics and their paired
+comparisons as pandas DataFrames; training and reports as the command line does them.
+
+    import fedhet
+
+    experiment = fedhet.load("specs/quickstart.yaml", "federation.rounds=10", store="artifacts")
+    experiment.train()               # what `fedhet train` does (jobs=2: two worker processes)
+    experiment.runs()                # a row per run: labels, seed, key, state, accuracies
+    experiment.metrics()             # a row per run and round: the columns of `fedhet export`
+    experiment.compare()             # paired differences against the first algorithm
+    experiment.report("reports")     # what `fedhet report` writes
+
+Nothing is trained unless asked (`train()`, or `train=True` where a reader takes it); reading a
+run that is not stored raises the same InputError as the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+
+from fedhet.core.errors import DivergedError
+from fedhet.core.pipeline import ProgressSink
+from fedhet.core.spec import Spec, apply_overrides, load_spec, parse_spec
+from fedhet.core.store import ArtifactStore
+from fedhet.execution.planning import Run, runs_of
+from fedhet.execution.results import require_stored
+from fedhet.execution.train import Options
+from fedhet.execution.train import train as train_runs
+from fedhet.reports import comparison, export, report, status
+
+
+def load(
+    spec: str | Path | Mapping[str, Any], *overrides: str, store: str | Path | None = None
+) -> Experiment:
+    """The experiment of a spec file (or a spec as a mapping) with `overrides` (PATH=VALUE, as on
+    the command line) over the artifact store `store` (default: FEDHET_STORE or ./artifacts)."""
+    if isinstance(spec, Mapping):
+        parsed = parse_spec(apply_overrides(dict(spec), overrides), "spec")
+        source = parsed.name
+    else:
+        parsed, source = load_spec(Path(spec), overrides), str(spec)
+    return Experiment(parsed, ArtifactStore(store), source)
+
+
+@dataclass
+class _QuietView:
+    """A sweep's view that shows nothing (a notebook reads the returned table instead)."""
+
+    on_change: Any = field(default=lambda state: None)
+    on_progress: ProgressSink = field(default=lambda *event: None)
+
+    def __enter__(self) -> _QuietView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@dataclass
+class Experiment:
+    spec: Spec
+    store: ArtifactStore
+    source: str  # the spec's file, named in messages
+
+    def __post_init__(self) -> None:
+        self._runs: list[Run] = runs_of(self.spec)
+
+    def train(self, jobs: int | None = None) -> pd.DataFrame:
+        """Compute what every run is missing (in order here, or on `jobs` worker processes);
+        the runs' result rows. A diverged or failed run is a row too; the first failure that is
+        not a divergence is raised after the others have run."""
+        rows, failures = train_runs(self._runs, self.store, Options(jobs), _QuietView())
+        errors = [f for f in failures if not isinstance(f, DivergedError)]
+        if errors:
+            raise errors[0]
+        return pd.DataFrame(rows)
+
+    def runs(self) -> pd.DataFrame:
+        """A row per run as far as the store has it: labels, seed, key, state, best and final
+        test accuracy, rounds, wall time (what `fedhet runs` prints)."""
+        rows = [status.run_row(run, self.store) | {"key": run.node.key} for run in self._runs]
+        return pd.DataFrame(rows)
+
+    def metrics(self, train: bool = False) -> pd.DataFrame:
+        """A row per run and round with the columns of `fedhet export`."""
+        self._require_stored(train)
+        return pd.DataFrame(export.long_rows(export.collect(self._runs, self.store, train)))
+
+    def compare(self, baseline: str | None = None, train: bool = False) -> pd.DataFrame:
+        """The report's paired differences: a row per metric, setting and algorithm against
+        `baseline` (default the matrix's first algorithm)."""
+        reference = report.reference_algorithm(self._runs, baseline)
+        self._require_stored(train)
+        rows = report.collect(self._runs, self.store, Console(stderr=True, quiet=True), train)
+        cells = report.cells(rows)
+        return pd.DataFrame(
+            _paired_row(metric, row, reference)
+            for metric in comparison.paired_metrics(self.spec.eval.target_accuracy)
+            for row in comparison.compared(cells, reference, metric)
+        )
+
+    def report(
+        self, out: str | Path = "reports", baseline: str | None = None, train: bool = False
+    ) -> Path:
+        """Write what `fedhet report` writes into `out`; the markdown file's path."""
+        self._require_stored(train)
+        markdown, _ = report.write_report(
+            self.spec, self._runs, self.store, Path(out), train=train, baseline=baseline
+        )
+        return markdown
+
+    def _require_stored(self, train: bool) -> None:
+        if not train:
+            require_stored(self._runs, self.store, self.source)
+
+
+def _paired_row(metric: comparison.PairedMetric, row: comparison.PairedRow, reference: str):
+    c = row.comparison
+    return {
+        "metric": metric.title,
+        "unit": metric.unit,
+        "algorithm": row.algorithm,
+        "reference": reference,
+        "setting": row.setting,
+        "pairs": c.n,
+        "mean_difference": c.mean,
+        "ci_low": c.low,
+        "ci_high": c.high,
+        "seeds_ahead": c.ahead,
+        "verdict": c.verdict,
+        "differences": list(row.pairing.differences),
+    }
+
+
+__all__ = ["Experiment", "load"]

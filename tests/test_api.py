@@ -1,0 +1,76 @@
+"""The Python API: the README's example runs as written (in a temporary store and folder), and
+its tables agree with what the command line stores and exports."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import fedhet
+from fedhet.core.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+OVERRIDES = ("federation.rounds=2", "matrix.algorithm=[{name: fedavg}, {name: fedprox, mu: 0.01}]")
+
+
+def readme_example() -> str:
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"<!-- api-example[^>]*-->\n```python\n(.*?)```", text, re.S)
+    assert block, "the README's API example is marked <!-- api-example -->"
+    return block.group(1)
+
+
+@pytest.mark.slow
+def test_the_readme_example_runs_as_written(tmp_path):
+    code = readme_example().replace('store="artifacts"', f'store="{tmp_path / "store"}"')
+    code = code.replace('report("reports")', f'report("{tmp_path / "reports"}")')
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "within noise" in proc.stdout or "ahead" in proc.stdout or "behind" in proc.stdout
+    assert (tmp_path / "reports" / "quickstart.md").exists()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    store = tmp_path_factory.mktemp("api") / "store"
+    experiment = fedhet.load("specs/quickstart.yaml", *OVERRIDES, "seed=0", store=store)
+    return experiment, experiment.train()
+
+
+def test_runs_and_metrics_are_dataframes_of_every_run(trained, monkeypatch):
+    monkeypatch.chdir(REPO)
+    experiment, results = trained
+    runs = experiment.runs()
+    assert isinstance(runs, pd.DataFrame) and len(runs) == len(results) == 4
+    assert set(runs.state) == {"stored"}
+    metrics = experiment.metrics()
+    assert list(metrics.columns[:3]) == ["run", "algorithm", "setting"]
+    assert len(metrics) == 4 * 2  # a row per run and round
+    # the best test accuracy of each run, from its rounds, is the one `runs()` reports
+    best = metrics.groupby("run").test_accuracy.max()
+    for _, row in runs.iterrows():
+        assert best[row.label] == pytest.approx(row.best_accuracy)
+
+
+def test_compare_pairs_runs_by_seed(trained):
+    experiment, _ = trained
+    paired = experiment.compare()
+    assert set(paired.algorithm) == {"fedprox"}
+    assert set(paired.verdict) == {"too few seeds"}  # one seed: no interval
+    assert (paired[paired.unit == "points"].pairs == 1).all()  # rounds: target never reached
+
+
+def test_a_mapping_spec_with_overrides_and_a_missing_run(tmp_path):
+    spec = {"name": "tiny", "data": {"dataset": "digits"}, "federation": {"rounds": 1}}
+    experiment = fedhet.load(spec, "seed=3", store=tmp_path)
+    assert experiment.spec.seed == 3
+    assert list(experiment.runs().state) == ["missing"]
+    with pytest.raises(InputError, match="runs are not stored"):
+        experiment.metrics()
