@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from fedhet.engine.algorithm import ClientJob, make_algorithm
 
 from fedhet.core.spec import Spec, parse_spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
-from fedhet.engine.algorithm import ClientJob, make_algorithm
 from fedhet.engine.loop import Checkpoints, Engine, sample_holders
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.vectorized import (

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, make_algorithm
 
 from fedhet.core.spec import parse_spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, make_algorithm
 from fedhet.engine.loop import Checkpoints, ClientDiverged, Engine
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.vectorized import (
