@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 REPRO_SPECS := specs/quickstart.yaml specs/tct_fmnist.yaml specs/vhl_fmnist.yaml specs/fedimpro_fmnist.yaml specs/fedbr_fmnist.yaml specs/fedtan_fmnist.yaml specs/fedtan_fmnist_gn.yaml specs/all_methods_fmnist.yaml specs/tct_fmnist_paper.yaml
 REPORTS := $(patsubst specs/%.yaml,report-%,$(REPRO_SPECS))
 
-.PHONY: install lock test lint quickstart reproduce bench clean $(REPORTS)
+.PHONY: install lock test lint quickstart reproduce clean-tree bench clean $(REPORTS)
 
 install: $(VENV)/.installed
 
@@ -39,7 +39,16 @@ quickstart: install
 
 reproduce: $(REPORTS)
 
-$(REPORTS): report-%: install
+# A committed report must be computed from committed code (its header names the commit):
+# refuse a tree with uncommitted changes outside reports/ (which reproduce writes);
+# `make reproduce ALLOW_DIRTY=1` for experiments.
+clean-tree:
+	@if [ -z "$(ALLOW_DIRTY)" ] && [ -n "$$(git status --porcelain --untracked-files=no -- . ':!reports')" ]; then \
+		echo "make reproduce: the tree has uncommitted changes; commit them first (a report names the commit it was computed from), or pass ALLOW_DIRTY=1 for an experiment" >&2; \
+		exit 2; \
+	fi
+
+$(REPORTS): report-%: install clean-tree
 	$(BIN)/fedhet report specs/$*.yaml --out reports --train
 
 bench: install
