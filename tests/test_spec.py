@@ -104,7 +104,11 @@ def variant_specs() -> list[Spec]:
     others = sorted(set(configs()) - {"fedavg"})  # fedavg is the default of the specs above
     # rounds enough for TCT's default stage 1 (T1 = federation.rounds - T2 = 100)
     long = {"rounds": 150}
-    specs += [parse_spec({"algorithm": {"name": name}, "federation": long}) for name in others]
+    model = {"norm": "batch"}  # the BatchNorm methods need BatchNorm layers
+    specs += [
+        parse_spec({"algorithm": {"name": name}, "federation": long, "model": model})
+        for name in others
+    ]
     return specs
 
 
