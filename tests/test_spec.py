@@ -254,6 +254,7 @@ def test_algorithm_name_axis_starts_each_algorithm_from_its_defaults():
         {
             "algorithm": {"name": "fedprox", "mu": 0.5},
             "federation": {"rounds": 150},  # TCT's default T1 = rounds - T2 (100)
+            "model": {"norm": "batch"},  # for the BatchNorm methods
             "matrix": {"algorithm.name": sorted(configs())},
         }
     )
