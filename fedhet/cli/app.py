@@ -134,7 +134,7 @@ def spec_validate(path: SpecPath, overrides: OverridesArg = None) -> None:
     """Check a spec; exit 2 with a one-line message naming the field when it is invalid."""
     spec = _load(path, overrides=overrides)
     runs = expand(spec)  # no planning: validating imports no method code (and no torch)
-    out.print(f"{path}: valid ({len(runs)} run{'s' if len(runs) != 1 else ''})")
+    out.print(f"{path}: valid ({len(runs)} run{'s' if len(runs) != 1 else ''})", soft_wrap=True)
 
 
 @spec_app.command("show", epilog=_example("fedhet spec show specs/quickstart.yaml model.arch=mlp"))
