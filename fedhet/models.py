@@ -122,18 +122,6 @@ def _stage(layers: tuple[arch.Layer, ...]) -> nn.Sequential:
     return nn.Sequential(*(m for m in modules if not isinstance(m, nn.Identity)))
 
 
-def _check_groups(spec: ModelSpec, described: arch.Architecture) -> None:
-    if spec.norm != "group":
-        return
-    widths = list(described.widths)
-    bad = [w for w in widths if w % spec.groups]
-    if bad:
-        raise InputError(
-            f"model.groups={spec.groups} does not divide {described.widths_field} width(s) "
-            f"{bad}; choose groups that divides every width of {widths}"
-        )
-
-
 def _check_input(spec: ModelSpec, described: arch.Architecture, shape: tuple[int, ...]) -> None:
     height, width, least = *shape[1:], described.min_size
     if height < least or width < least:
@@ -157,7 +145,6 @@ def build_model(
     if num_classes < 1:
         raise InputError(f"model needs at least 1 output class, got num_classes={num_classes}")
     described = arch.describe(spec, in_shape, num_classes)
-    _check_groups(spec, described)
     _check_input(spec, described, in_shape)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

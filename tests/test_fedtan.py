@@ -328,13 +328,16 @@ def test_fedtan_is_deterministic_and_resumes_exactly(tmp_path):
 
 @pytest.mark.parametrize("name", ["fedtan", "fedtan_ii", "fedavg_alg2", "fedbn", "silobn"])
 def test_bn_algorithms_reject_models_without_batch_norm(tmp_path, name):
+    """Refused when the spec is validated (tests/test_validation_gate.py: before any run)."""
     with pytest.raises(InputError, match="model.norm"):
         make_engine({"name": name}, tmp_path, model={"arch": "mlp", "hidden": [8], "norm": "group"})
 
 
 def test_labels():
     labels = {
-        name: parse_spec({"algorithm": {"name": name}}).algorithm.label()
+        name: parse_spec(
+            {"algorithm": {"name": name}, "model": {"norm": "batch"}}
+        ).algorithm.label()
         for name in ["fedtan", "fedavg_alg2", "fedtan_ii", "fedbn", "silobn"]
     }
     assert labels == {

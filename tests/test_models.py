@@ -150,10 +150,12 @@ def test_every_conv_and_hidden_linear_is_followed_by_its_norm():
 
 
 def test_group_norm_needs_groups_dividing_every_width():
-    with pytest.raises(InputError, match="model.groups=3"):
-        build_model(small("resnet20", "group", groups=3), (3, 32, 32), 10, 0)
-    with pytest.raises(InputError, match="model.groups=3"):
-        build_model(small("mlp", "group", groups=3), (1, 8, 8), 10, 0)
+    """Refused when the model is validated, before anything is built."""
+    with pytest.raises(ValidationError, match="does not divide resnet stage"):
+        small("resnet20", "group", groups=3)
+    with pytest.raises(ValidationError, match="does not divide model.hidden"):
+        small("mlp", "group", groups=3)
+    assert small("mlp", "batch", groups=3).groups == 3  # groups matter with GroupNorm only
 
 
 def test_bad_inputs_raise_input_error():

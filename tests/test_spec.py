@@ -104,7 +104,11 @@ def variant_specs() -> list[Spec]:
     others = sorted(set(configs()) - {"fedavg"})  # fedavg is the default of the specs above
     # rounds enough for TCT's default stage 1 (T1 = federation.rounds - T2 = 100)
     long = {"rounds": 150}
-    specs += [parse_spec({"algorithm": {"name": name}, "federation": long}) for name in others]
+    model = {"norm": "batch"}  # the BatchNorm methods need BatchNorm layers
+    specs += [
+        parse_spec({"algorithm": {"name": name}, "federation": long, "model": model})
+        for name in others
+    ]
     return specs
 
 
@@ -250,6 +254,7 @@ def test_algorithm_name_axis_starts_each_algorithm_from_its_defaults():
         {
             "algorithm": {"name": "fedprox", "mu": 0.5},
             "federation": {"rounds": 150},  # TCT's default T1 = rounds - T2 (100)
+            "model": {"norm": "batch"},  # for the BatchNorm methods
             "matrix": {"algorithm.name": sorted(configs())},
         }
     )

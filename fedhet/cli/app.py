@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -118,8 +119,6 @@ def _load(path: Path, data_root: Path | None = None, overrides: list[str] | None
             update={"data": spec.data.model_copy(update={"root": str(data_root)})}
         )
     return spec
-
-
 
 
 # --- spec -------------------------------------------------------------------------------
@@ -416,14 +415,17 @@ TrainOpt = Annotated[
 ]
 
 
-def _stored_runs(path: Path, spec: Spec, store: ArtifactStore, train: bool) -> list:
-    """The spec's runs; unless `train`, exit 2 naming those whose results are not stored."""
+def _stored_runs(
+    path: Path, spec: Spec, store: ArtifactStore, train: bool, overrides: list[str] | None
+) -> list:
+    """The spec's runs; unless `train`, exit 2 naming those whose results are not stored (and
+    the `fedhet train` command, overrides included, that stores them)."""
     from fedhet.execution.planning import runs_of
     from fedhet.execution.results import require_stored
 
     runs = runs_of(spec)
     if not train:
-        require_stored(runs, store, str(path))
+        require_stored(runs, store, shlex.join([str(path), *(overrides or ())]))
     return runs
 
 
@@ -471,7 +473,7 @@ def evaluate(
     from fedhet.execution.results import result
     from fedhet.reports.evaluation import evaluate_run
 
-    runs = _stored_runs(path, spec, st, train)
+    runs = _stored_runs(path, spec, st, train, overrides)
     reports = [evaluate_run(run, result(run, st, train), st, cgv=cgv, model=model) for run in runs]
     if as_json or fmt is Format.json:  # the reports as they are, lists and all
         print(json.dumps(reports, indent=2))
@@ -527,7 +529,7 @@ def report(
     spec, st = _load(path, data_root, overrides), ArtifactStore(store)
     from fedhet.reports.report import write_report
 
-    runs = _stored_runs(path, spec, st, train)
+    runs = _stored_runs(path, spec, st, train, overrides)
     md, png = write_report(spec, runs, st, out_dir, err, train, baseline)
     out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
     out.print(f"wrote {md} and {png}")
@@ -569,7 +571,7 @@ def export(
         exporting.check_out(out_file)
     if tensorboard is not None:
         check_folder(tensorboard, "--tensorboard")
-    stored = exporting.collect(_stored_runs(path, spec, st, train), st, train)
+    stored = exporting.collect(_stored_runs(path, spec, st, train, overrides), st, train)
     if tensorboard is not None:
         exporting.write_tensorboard(stored, tensorboard)
         _say(f"wrote the TensorBoard events of {len(stored)} runs under {tensorboard}")

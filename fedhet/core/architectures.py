@@ -240,6 +240,29 @@ def describe(model: ModelFields, in_shape: tuple[int, int, int], num_classes: in
     return ARCHITECTURES[model.arch](model, in_shape, num_classes)
 
 
+def norm_kinds(model: ModelFields) -> set[NormKind]:
+    """The kinds of the model's normalization layers (none when it has no such layer)."""
+    layers = [layer for stage in describe(model, *_ANY_INPUT).stages for layer in stage.layers]
+    blocks = [block for block in layers if isinstance(block, ResidualBlock)]
+    inner = [n for b in blocks for n in (b.norm1, b.norm2, *(b.shortcut or ()))]
+    return {layer.kind for layer in [*layers, *inner] if isinstance(layer, Norm)}
+
+
+def group_norm_problem(model: ModelFields) -> str | None:
+    """Why `model.groups` cannot split its GroupNorm layers' widths, or None."""
+    if model.norm != "group":
+        return None
+    described = describe(model, *_ANY_INPUT)
+    widths = list(described.widths)
+    bad = [w for w in widths if w % model.groups]
+    if not bad:
+        return None
+    return (
+        f"does not divide {described.widths_field} width(s) {bad}; choose groups that divides "
+        f"every width of {widths}"
+    )
+
+
 def split_points(model: ModelFields) -> list[str]:
     """The names of the stages after which the model can be split, in forward order."""
     return describe(model, *_ANY_INPUT).split_points

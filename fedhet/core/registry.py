@@ -194,6 +194,11 @@ def configs() -> dict[str, type[AlgorithmSpec]]:
     return _load().configs
 
 
+def objective_fields() -> tuple[str, ...]:
+    """The config fields of the objective wrappers (`vhl`); imports no wrapper."""
+    return tuple(_load().objectives)
+
+
 @cache
 def objectives() -> dict[str, Any]:
     """Config field -> objective wrapper (imported on first use)."""

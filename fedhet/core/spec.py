@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Sequence
+import shlex
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from fedhet.core import architectures, registry
@@ -208,6 +216,9 @@ class ModelSpec(Section):
             raise ValueError(
                 f"channels must list 2 conv widths for simple_cnn, not {self.channels}"
             )
+        problem = architectures.group_norm_problem(self)
+        if problem is not None:
+            raise _located_error(("groups",), problem, self.groups)
         return self
 
     def split_points(self) -> list[str]:
@@ -270,11 +281,23 @@ def algorithm_configs() -> dict[str, type[AlgorithmSpec]]:
     return registry.configs()
 
 
-def _algorithm_error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
-    error = PydanticCustomError("algorithm", message)
+def _located_error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
+    """A validation error at `loc` (relative to the model being validated)."""
+    error = PydanticCustomError("spec", message)
     return ValidationError.from_exception_data(
         "Spec", [{"type": error, "loc": loc, "input": value}]
     )
+
+
+def _not_an_algorithm(name: Any, configs: dict[str, type[AlgorithmSpec]]) -> str:
+    if name in registry.objective_fields():  # a wrapper goes on a base algorithm
+        bases = [n for n, config in configs.items() if name in config.model_fields]
+        base = "fedavg" if "fedavg" in bases else bases[0]
+        return (
+            f"{name} is an objective wrapper, not an algorithm; put it on a base algorithm "
+            f"({', '.join(sorted(bases))}): algorithm: {{name: {base}, {name}: {{}}}}"
+        )
+    return f"unknown or missing algorithm; choose one of {', '.join(sorted(configs))}"
 
 
 def _validate_algorithm(value: Any) -> AlgorithmSpec:
@@ -282,12 +305,11 @@ def _validate_algorithm(value: Any) -> AlgorithmSpec:
     if isinstance(value, AlgorithmSpec):
         return value
     if not isinstance(value, dict):
-        raise _algorithm_error(("algorithm",), "must be a mapping, e.g. {name: fedavg}", value)
+        raise _located_error(("algorithm",), "must be a mapping, e.g. {name: fedavg}", value)
     configs = algorithm_configs()
     name = value.get("name")
     if not isinstance(name, str) or name not in configs:
-        message = f"unknown or missing algorithm; choose one of {', '.join(sorted(configs))}"
-        raise _algorithm_error(("algorithm", "name"), message, name)
+        raise _located_error(("algorithm", "name"), _not_an_algorithm(name, configs), name)
     try:
         return configs[name].model_validate(value)
     except ValidationError as err:
@@ -372,7 +394,25 @@ class Spec(Section):
                 f"partition.rotation.angles has {len(angles)} entries for "
                 f"{self.partition.clients} clients; give one angle per client"
             )
-        self.algorithm.check(self)
+        try:
+            self.algorithm.check(self)
+        except InputError as err:  # placed like every other validation error: file, override
+            raise ValueError(str(err)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _set_fields_apply(self, info: ValidationInfo) -> Spec:
+        """A field set away from its default must apply to the options chosen in some run (a
+        matrix over `model.arch` may give `channels` to its simple_cnn runs only)."""
+        if (info.context or {}).get(_MATRIX_RUN):
+            return self  # checked with the whole spec
+        try:
+            runs = [run for _, run in expand(self)]
+        except InputError:
+            return self  # `expand` names the run that is invalid
+        unused = _unused_setting(runs)
+        if unused is not None:
+            raise _located_error(*unused)
         return self
 
     @property
@@ -383,6 +423,72 @@ class Spec(Section):
         if fed.fraction is not None:
             return max(1, round(fed.fraction * k))
         return k
+
+
+# --- fields that apply to some options only -----------------------------------------------
+
+
+def _conditions(section: type[BaseModel]) -> dict[str, dict[str, list[str]]]:
+    """field -> {sibling: values} for the fields that apply only when siblings take those values."""
+    found = {}
+    for name, info in section.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if "applies_when" in extra:
+            found[name] = extra["applies_when"]
+    return found
+
+
+def _applies(section: BaseModel, when: dict[str, list[str]]) -> bool:
+    return all(getattr(section, k) in choices for k, choices in when.items())
+
+
+def _unused_setting(runs: list[Spec]) -> tuple[tuple[str, str], str, Any] | None:
+    """(location, message, value) of a field set away from its default in runs where it does
+    not apply and in no other run; None when every set field applies somewhere."""
+    for section_name in Spec.model_fields:
+        sections = [getattr(run, section_name) for run in runs]
+        if not isinstance(sections[0], BaseModel):
+            continue
+        for name, when in _conditions(type(sections[0])).items():
+            default = type(sections[0]).model_fields[name].get_default(call_default_factory=True)
+            setting = [s for s in sections if getattr(s, name) != default]
+            if setting and not any(_applies(s, when) for s in setting):
+                options = "; ".join(f"{k} {', '.join(v)}" for k, v in when.items())
+                siblings = " or ".join(f"{section_name}.{k}" for k in when)
+                message = f"applies to {options} only; remove it or set {siblings}"
+                return (section_name, name), message, getattr(setting[0], name)
+    return None
+
+
+def _tagged_union(section: str) -> tuple[str, str, dict[str, type[BaseModel]]] | None:
+    """(tag field, what the tag names, tag -> config class) of a spec section whose fields
+    depend on its tag."""
+    if section == "partition":
+        members = get_args(PartitionConfig)
+        return "scheme", "scheme", {m.model_fields["scheme"].default: m for m in members}
+    if section == "algorithm":
+        return "name", "algorithm", dict(algorithm_configs())
+    return None
+
+
+def _inapplicable_field(path: list[str], data: Any, overridden: bool) -> str | None:
+    """The message for a field its section's scheme (or algorithm) does not take but another
+    does: where it applies, and how to drop it (with overrides: by replacing the section)."""
+    union = _tagged_union(path[0]) if len(path) == 2 else None
+    if union is None:
+        return None
+    tag, kind, members = union
+    owners = sorted(t for t, config in members.items() if path[1] in config.model_fields)
+    if not owners:
+        return None
+    message = f"applies to {kind} {', '.join(owners)} only"
+    section = data.get(path[0]) if isinstance(data, dict) else None
+    chosen = members.get(section.get(tag)) if isinstance(section, dict) else None
+    if not overridden or chosen is None:
+        return f"{message}; remove it or set {path[0]}.{tag}"
+    kept = {k: v for k, v in section.items() if k in chosen.model_fields}
+    whole = yaml.safe_dump(kept, default_flow_style=True, sort_keys=False, width=1000).strip()
+    return f"{message}; drop it by setting the whole section: {path[0]}={shlex.quote(whole)}"
 
 
 # --- loading ----------------------------------------------------------------------------
@@ -409,13 +515,15 @@ def _short(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _format_error(err: ValidationError, source: str, data: Any) -> str:
+def _format_error(err: ValidationError, source: str, data: Any, overridden: bool = False) -> str:
     """One line: where the first problem is, what is wrong, and how to fix it."""
     first = err.errors(include_url=False)[0]
     path, kind, ctx = _field_path(first["loc"], data), first["type"], first.get("ctx", {})
     value = first.get("input")
     if kind == "extra_forbidden":
-        msg = "unknown field; remove it or fix its spelling (`fedhet spec schema` lists the fields)"
+        msg = _inapplicable_field(path, data, overridden) or (
+            "unknown field; remove it or fix its spelling (`fedhet spec schema` lists the fields)"
+        )
     elif kind == "missing":
         msg = "required field is missing; add it"
     elif kind in ("union_tag_invalid", "union_tag_not_found"):
@@ -435,12 +543,26 @@ def _format_error(err: ValidationError, source: str, data: Any) -> str:
     return f"{source}: {where}{msg}{suffix}"
 
 
+# Validation context of one run of a matrix: what applies across runs was checked with the spec
+_MATRIX_RUN = "matrix_run"
+
+
 def parse_spec(data: Any, source: str = "spec") -> Spec:
     """Validate a mapping into a Spec, raising InputError with a one-line message."""
+    return _parse(data, source, {})
+
+
+def parse_run(data: Any, source: str) -> Spec:
+    """`parse_spec` for one run of a spec validated whole (a matrix run, TCT's stage 1), whose
+    fields may apply only to other runs of the spec."""
+    return _parse(data, source, {_MATRIX_RUN: True})
+
+
+def _parse(data: Any, source: str, context: dict[str, Any]) -> Spec:
     if not isinstance(data, dict):
         raise InputError(f"{source}: a spec must be a YAML mapping, got {type(data).__name__}")
     try:
-        return Spec.model_validate(data)
+        return Spec.model_validate(data, context=context)
     except ValidationError as err:
         raise InputError(_format_error(err, source, data)) from None
 
@@ -474,7 +596,8 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> Spec:
         spec = Spec.model_validate(data)
     except ValidationError as err:
         where = _field_path(err.errors(include_url=False)[0]["loc"], data)
-        raise InputError(_format_error(err, _blame(str(path), overrides, where), data)) from None
+        source = _blame(str(path), overrides, where)
+        raise InputError(_format_error(err, source, data, overridden=True)) from None
     for override in overrides:  # matrix axes are any string to pydantic: expanding checks them
         if _override_path(override)[0] == "matrix":
             try:
@@ -570,14 +693,20 @@ def expand(spec: Spec) -> list[tuple[dict[str, Any], Spec]]:
     axes = list(spec.matrix)
     runs = []
     for values in itertools.product(*(spec.matrix[a] for a in axes)):
-        data = copy.deepcopy(base)
-        for axis, value in sorted(zip(axes, values, strict=True), key=_application_order):
-            if axis == "algorithm.name":  # a new algorithm starts from its own defaults
-                data["algorithm"] = {"name": value}
-            else:
-                _set_path(data, axis, value)
-        runs.append((dict(zip(axes, values, strict=True)), parse_spec(data, f"matrix {values}")))
+        data = _with_axes(base, zip(axes, values, strict=True))
+        runs.append((dict(zip(axes, values, strict=True)), parse_run(data, f"matrix {values}")))
     return runs
+
+
+def _with_axes(base: dict[str, Any], axis_values: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """A copy of a spec's mapping with each matrix axis set to its value."""
+    data = copy.deepcopy(base)
+    for axis, value in sorted(axis_values, key=_application_order):
+        if axis == "algorithm.name":  # a new algorithm starts from its own defaults
+            data["algorithm"] = {"name": value}
+        else:
+            _set_path(data, axis, value)
+    return data
 
 
 def _application_order(axis_value: tuple[str, Any]) -> tuple[bool, int]:
@@ -590,17 +719,39 @@ def _application_order(axis_value: tuple[str, Any]) -> tuple[bool, int]:
 def applicable_dump(section: BaseModel) -> dict[str, Any]:
     """The section with defaults filled in, less the fields that do not apply to the options
     chosen (e.g. `channels` of an mlp); a field the spec sets explicitly is always kept."""
-    data = section.model_dump(mode="json", exclude_none=True, serialize_as_any=True)
-    return _prune(section, data)
+    data = _prune(
+        section, section.model_dump(mode="json", exclude_none=True, serialize_as_any=True)
+    )
+    if isinstance(section, Spec) and section.matrix:
+        data["matrix"] = _filled_matrix(section)
+    return data
+
+
+def _filled_matrix(spec: Spec) -> dict[str, list[Any]]:
+    """The matrix with each section it sets whole shown as its runs get it: defaults filled in."""
+    base = spec.model_dump(mode="json", exclude={"matrix"}, serialize_as_any=True)
+    return {
+        axis: [_filled_entry(base, axis, v) if isinstance(v, dict) else v for v in values]
+        for axis, values in spec.matrix.items()
+    }
+
+
+def _filled_entry(base: dict[str, Any], axis: str, value: dict[str, Any]) -> Any:
+    try:
+        node: Any = parse_run(_with_axes(base, [(axis, value)]), f"matrix {axis}")
+    except InputError:  # valid only combined with another axis's value: shown as written
+        return value
+    for part in axis.split("."):
+        node = getattr(node, part)
+    return applicable_dump(node) if isinstance(node, BaseModel) else value
 
 
 def _prune(section: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
-    for name, info in type(section).model_fields.items():
+    conditions = _conditions(type(section))
+    for name in type(section).model_fields:
         if name not in data:
             continue
-        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-        when = extra.get("applies_when", {})
-        applies = all(getattr(section, k) in choices for k, choices in when.items())
+        applies = _applies(section, conditions.get(name, {}))
         value = getattr(section, name)
         if not applies and name not in section.model_fields_set:
             del data[name]
@@ -619,4 +770,29 @@ def json_schema() -> dict[str, Any]:
     algorithm_union = Annotated[Union[configs], Field(discriminator="name")]  # noqa: UP007
     default = Field(default_factory=lambda: _validate_algorithm({"name": "fedavg"}))
     schema_model = create_model("Spec", __base__=Spec, algorithm=(algorithm_union, default))
-    return schema_model.model_json_schema()
+    schema = schema_model.model_json_schema()
+    axes = {name: {"type": "array", "minItems": 1, "items": items} for name, items in _axes(schema)}
+    matrix = {"type": "object", "properties": axes, "additionalProperties": _ANY_AXIS}
+    schema["properties"]["matrix"]["anyOf"] = [matrix, {"type": "null"}]
+    return schema
+
+
+_ANY_AXIS = {"type": "array", "minItems": 1, "items": {}}  # a deeper path, e.g. algorithm.mu
+
+
+def _axes(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(matrix axis, schema of one of its values): every field of the spec and of its sections
+    (the fields of the algorithm and partition, which depend on their choice, all but the tag)."""
+    sections = {n: f for n, f in schema["properties"].items() if n != "matrix"}
+    for name, field in sections.items():
+        yield name, _value_schema(field)
+        section = schema["$defs"][field["$ref"].split("/")[-1]] if "$ref" in field else {}
+        for sub, sub_field in section.get("properties", {}).items():
+            yield f"{name}.{sub}", _value_schema(sub_field)
+    yield "algorithm.name", {"enum": sorted(algorithm_configs())}
+    schemes = [m.model_fields["scheme"].default for m in get_args(PartitionConfig)]
+    yield "partition.scheme", {"enum": sorted(schemes)}
+
+
+def _value_schema(field: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in field.items() if k not in ("default", "title", "description")}

@@ -42,6 +42,9 @@ class ObjectiveConfig(Section):
         """Model outputs the objective needs beyond the dataset's classes."""
         return 0
 
+    def check(self, spec: Spec) -> None:
+        """Checks against the rest of the spec; raise InputError naming the field."""
+
 
 class MethodConfig(AlgorithmSpec):
     """Base of every method's config; the defaults are FedAvg's."""
@@ -69,6 +72,17 @@ class MethodConfig(AlgorithmSpec):
         artifact holds no network (TCT's linear model); None: a `train` artifact, whose
         network `fedhet eval` scores itself."""
         return None
+
+    def check(self, spec: Spec) -> None:
+        """Checks against the rest of the spec, run when it is validated (a method with checks
+        of its own extends this one): at most one objective wrapper, and the wrapper's own."""
+        on = [field for field in self.objective_fields if getattr(self, field) is not None]
+        if len(on) > 1:
+            raise InputError(
+                f"algorithm: {', '.join(on)} each replace the local objective; set only one"
+            )
+        for config in self.objectives():
+            config.check(spec)
 
     def objectives(self) -> list[ObjectiveConfig]:
         """The configs of the objective wrappers turned on (at most one trains)."""

@@ -58,13 +58,8 @@ def build(
     config: AlgorithmSpec, setup: TrainSetup, feature_dim: Callable[[], int]
 ) -> LocalObjective:
     """The run's objective; `feature_dim` (the model's penultimate width) is asked only when
-    a wrapper is on."""
+    a wrapper is on (at most one: `MethodConfig.check`)."""
     found = active(config)
-    if len(found) > 1:
-        from fedhet.core.errors import InputError
-
-        names = ", ".join(w.field for w, _ in found)
-        raise InputError(f"algorithm: {names} each replace the local objective; set only one")
     if not found:
         return CrossEntropy()
     wrapper, wrapper_config = found[0]

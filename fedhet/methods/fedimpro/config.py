@@ -61,6 +61,7 @@ class FedImproConfig(MethodConfig):
     )
 
     def check(self, spec) -> None:
+        super().check(spec)
         resolve_split(spec.model.split_points(), self.split)
 
     def base_label(self) -> str:

@@ -30,10 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from fedhet.core.errors import InputError
-from fedhet.core.spec import AlgorithmSpec
 from fedhet.engine import tensors
-from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import ClientJob, ClientResult, Traffic, Trainer
 from fedhet.methods.fedtan.sync_bn import Mode, SyncResult, bn_layers, synchronized_gradients
@@ -59,21 +56,10 @@ def freeze_batch_norm(model: nn.Module) -> None:
         layer.eval()
 
 
-class _BatchNormTrainer(Trainer):
-    """Shared by every algorithm here: the model must have BatchNorm layers."""
-
-    def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
-        super().__init__(config, setup)
-        if not bn_layers(self.build_model()):
-            raise InputError(
-                f"model.norm: {self.config.name} needs BatchNorm layers; set model.norm: batch"
-            )
-
-
 # --- FedTAN and forward-only aggregation -----------------------------------------------------
 
 
-class FedTAN(_BatchNormTrainer):
+class FedTAN(Trainer):
     mode: ClassVar[Mode] = "fedtan"
 
     def synchronized_first_step(
@@ -174,7 +160,7 @@ class FedTANII(FedTAN):
 # --- FedBN and SiloBN -------------------------------------------------------------------------
 
 
-class _LocalBatchNorm(_BatchNormTrainer):
+class _LocalBatchNorm(Trainer):
     """BN state entries in `local_names` stay on each client (kept in its client_state)."""
 
     local_parameters: ClassVar[bool]

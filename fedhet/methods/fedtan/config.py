@@ -7,11 +7,28 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from fedhet.core.architectures import norm_kinds
+from fedhet.core.errors import InputError
 from fedhet.core.sections import MAX_COUNT
 from fedhet.engine.description import MethodConfig
 
 
-class FedTANConfig(MethodConfig):
+class _BatchNormConfig(MethodConfig):
+    """Every algorithm here acts on the model's BatchNorm layers: it must have some."""
+
+    def check(self, spec) -> None:
+        super().check(spec)
+        if "batch" in norm_kinds(spec.model):
+            return
+        if spec.model.norm == "batch":  # an mlp without hidden layers has no norm layer
+            raise InputError(
+                f"model.hidden: [] leaves the mlp no BatchNorm layer, which {self.name} needs; "
+                "give it hidden layers"
+            )
+        raise InputError(f"model.norm: {self.name} needs BatchNorm layers; set model.norm: batch")
+
+
+class FedTANConfig(_BatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedTAN"
     name: Literal["fedtan"] = "fedtan"
 
@@ -19,7 +36,7 @@ class FedTANConfig(MethodConfig):
         return "FedTAN"
 
 
-class FedAvgAlgorithm2Config(MethodConfig):
+class FedAvgAlgorithm2Config(_BatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedAvgAlgorithm2"
     name: Literal["fedavg_alg2"] = "fedavg_alg2"
 
@@ -27,7 +44,7 @@ class FedAvgAlgorithm2Config(MethodConfig):
         return "FedAvg+Algorithm 2"
 
 
-class FedTANIIConfig(MethodConfig):
+class FedTANIIConfig(_BatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedTANII"
     name: Literal["fedtan_ii"] = "fedtan_ii"
     sync_rounds: int = Field(
@@ -41,7 +58,7 @@ class FedTANIIConfig(MethodConfig):
         return f"FedTAN-II (M={self.sync_rounds})"
 
 
-class FedBNConfig(MethodConfig):
+class FedBNConfig(_BatchNormConfig):
     personalized: ClassVar[bool] = True
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedBN"
     name: Literal["fedbn"] = "fedbn"
@@ -50,7 +67,7 @@ class FedBNConfig(MethodConfig):
         return "FedBN"
 
 
-class SiloBNConfig(MethodConfig):
+class SiloBNConfig(_BatchNormConfig):
     personalized: ClassVar[bool] = True
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:SiloBN"
     name: Literal["silobn"] = "silobn"

@@ -28,6 +28,7 @@ class TCTConfig(MethodConfig):
     def check(self, spec) -> None:
         """TCT re-initializes the last linear layer: there must be layers with parameters
         before it. And stage 1 must have rounds."""
+        super().check(spec)
         if spec.model.arch == "mlp" and not spec.model.hidden:
             raise InputError(
                 "model.hidden: [] makes the model a single linear layer, so TCT has no features "

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import StageNode
-from fedhet.core.spec import FederationSpec, Spec, parse_spec
+from fedhet.core.spec import FederationSpec, Spec, parse_run
 from fedhet.methods.tct.sections import EntkSpec, Stage1Spec, Stage2Spec
 
 ENTK_VERSION = 3  # 2: im2col/batch-last gather; 3: grouped-conv whole gradients (float32 rounding)
@@ -52,4 +52,4 @@ def bootstrap_spec(spec: Spec, stage1: Stage1Spec, rounds: int) -> Spec:
     data = spec.model_dump(mode="json", exclude={"matrix"})
     data["algorithm"] = {"name": "fedavg"}
     data["federation"] = stage1_federation(spec, stage1, rounds).model_dump(mode="json")
-    return parse_spec(data, "tct stage 1")
+    return parse_run(data, "tct stage 1")

@@ -116,6 +116,9 @@ class VHLSpec(ObjectiveConfig):
             return 0
         return virtual_classes(self, num_classes)
 
+    def check(self, spec: Spec) -> None:
+        virtual_classes(self, DATA_SHAPES[spec.data.dataset].classes)
+
     def label(self) -> str:
         label = _VARIANT_LABELS[self.variant]
         if self.uses_images and self.generator.kind != "stylegan2":
