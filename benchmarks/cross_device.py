@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from fedhet.engine.algorithm import ClientJob, make_algorithm
 
 from fedhet.core.spec import Spec, parse_spec
 from fedhet.data.clients import ClientData
@@ -30,6 +29,7 @@ from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
 from fedhet.engine.loop import Checkpoints, Engine, sample_holders
 from fedhet.engine.setup import TrainSetup
+from fedhet.engine.trainer import ClientJob
 from fedhet.engine.vectorized import (
     DEFAULT_BUDGET,
     SGDSettings,
@@ -70,7 +70,8 @@ def make_engine(arch: str, folder: Path) -> Engine:
         for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
     ]
     setup = TrainSetup(spec, ds, clients, torch.device("cpu"))
-    return Engine(make_algorithm(spec, setup), setup, Checkpoints(folder, setup.device), 1000)
+    trainer = spec.algorithm.trainer_class()(spec.algorithm, setup)
+    return Engine(trainer, setup, Checkpoints(folder, setup.device), 1000)
 
 
 class Round:

@@ -1,6 +1,6 @@
 """Vectorized local training (fedhet.engine.vectorized) takes the sequential path's steps: one
 round's client updates (states, mean losses, step counts, uploads, client states) agree with
-`Algorithm.client_update` on the same seeded generators, for FedAvg, FedProx, SCAFFOLD and
+`Trainer.client_update` on the same seeded generators, for FedAvg, FedProx, SCAFFOLD and
 FedNova, with momentum and weight decay, clients of different step counts and ragged batches."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, make_algorithm
 
 from fedhet.core.spec import parse_spec
 from fedhet.data.clients import ClientData
@@ -17,6 +16,7 @@ from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
 from fedhet.engine.loop import Checkpoints, ClientDiverged, Engine
 from fedhet.engine.setup import TrainSetup
+from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
 from fedhet.engine.vectorized import (
     CohortDivergence,
     CohortResult,
@@ -85,7 +85,8 @@ def make_engine(algorithm: dict, model: dict, folder: Path) -> Engine:
         for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
     ]
     setup = TrainSetup(spec, DIGITS, clients, CPU)
-    return Engine(make_algorithm(spec, setup), setup, Checkpoints(folder, CPU), 1000)
+    trainer = spec.algorithm.trainer_class()(spec.algorithm, setup)
+    return Engine(trainer, setup, Checkpoints(folder, CPU), 1000)
 
 
 def round_jobs(engine: Engine) -> list[ClientJob]:
@@ -106,12 +107,12 @@ def round_jobs(engine: Engine) -> list[ClientJob]:
     return engine.make_jobs(0, state, engine.holders)
 
 
-def term_for(algo: Algorithm, jobs: list[ClientJob]) -> LocalTerm:
+def term_for(algo: Trainer, jobs: list[ClientJob]) -> LocalTerm:
     job = jobs[0]
     params = {n: v for n, v in job.global_state.items() if n in algo.param_names}
-    if algo.name == "fedprox":
+    if algo.config.name == "fedprox":
         return ProximalTerm(algo.config.mu, params)
-    if algo.name == "scaffold":
+    if algo.config.name == "scaffold":
         return ScaffoldCorrection(job.server_state, job.global_state, algo.fed.momentum)
     return LocalTerm()
 
