@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from fedhet.core.spec import RuntimeSpec
 
 # The fields that can change results; the others (platform, python, fedhet's revision) are
-# recorded for the reader.
-COMPARED = ("threads", "torch", "torch_cuda", "torch_git", "device")
+# recorded for the reader. `clients` (the train stage's client executor, recorded by the stage)
+# is compared only where both sides name one: `runtime.clients: auto` accepts either.
+COMPARED = ("threads", "torch", "torch_cuda", "torch_git", "device", "clients")
 
 
 @functools.cache
@@ -89,14 +90,14 @@ def use_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def planned_environment(threads: int | None, device: str) -> dict[str, Any]:
+def planned_environment(threads: int | None, device: str, clients: str = "auto") -> dict[str, Any]:
     """The environment a stage would be computed in now, given the spec's runtime settings
-    (`device` auto means CUDA when available)."""
+    (`device` auto means CUDA when available; `clients` auto names no executor)."""
     import torch
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return environment(threads, device)
+    return environment(threads, device) | ({} if clients == "auto" else {"clients": clients})
 
 
 def differences(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
@@ -108,12 +109,15 @@ def differences(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[
         f"{_describe(stored, name)} (now {_describe(current, name)})"
         for name in COMPARED
         if stored.get(name) != current.get(name)
+        and (name != "clients" or (name in stored and name in current))
     ]
 
 
 def changes(stored: dict[str, Any] | None, runtime: RuntimeSpec) -> list[str]:
     """What differs between a stored environment and the one `runtime` would compute in now."""
-    return differences(stored, planned_environment(runtime.threads, runtime.device))
+    return differences(
+        stored, planned_environment(runtime.threads, runtime.device, runtime.clients)
+    )
 
 
 def reuse_note(stored: dict[str, Any] | None, runtime: RuntimeSpec) -> str:
@@ -131,6 +135,7 @@ def _describe(env: dict[str, Any], name: str) -> str:
         "torch_cuda": f"CUDA build {value}" if value else "CPU-only torch build",
         "torch_git": f"torch git {str(value)[:12]}",
         "device": f"device {_device_text(env)}",
+        "clients": f"{value} clients",
     }[name]
 
 
@@ -150,6 +155,7 @@ def described(env: dict[str, Any]) -> dict[str, str]:
         f"{str(env.get('torch_git'))[:12]}",
         "threads": str(env.get("threads")),
         "device": _device_text(env),
+        **({"clients": str(env["clients"])} if "clients" in env else {}),
         "platform": f"{env.get('platform')} ({env.get('machine')})",
         "python": str(env.get("python")),
     }
