@@ -70,7 +70,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
             spec.runtime.clients,
             trainer,
             setup.device,
-            lambda line: ctx.console.print(line, markup=False),
+            lambda line: ctx.console.print(line, markup=False, soft_wrap=True),
         )
         engine = Engine(
             trainer,
