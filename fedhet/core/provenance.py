@@ -8,8 +8,11 @@ functions: `spec validate` must not pay for it.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import platform
+import runpy
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,31 +51,51 @@ def git_revision() -> dict[str, Any] | None:
 
 
 def _device(device: str) -> dict[str, str]:
-    import torch
-
     if device != "cuda":
         return {"device": device}
+    import torch
+
     return {"device": "cuda", "gpu": torch.cuda.get_device_name()}
+
+
+@functools.cache
+def torch_build() -> dict[str, Any]:
+    """torch's version, CUDA build and git revision. Read from torch's version module alone
+    unless torch is imported already: importing torch takes seconds, and a command that only
+    reuses stored artifacts does not need it."""
+    if "torch" in sys.modules:
+        import torch
+
+        values = {"__version__": torch.__version__, **vars(torch.version)}
+    else:
+        found = importlib.util.find_spec("torch")
+        assert found is not None and found.submodule_search_locations
+        values = runpy.run_path(str(Path(found.submodule_search_locations[0]) / "version.py"))
+    return {
+        "torch": str(values["__version__"]),
+        "torch_cuda": values["cuda"],
+        "torch_git": values["git_version"],
+    }
 
 
 def environment(threads: int | None = None, device: str | None = None) -> dict[str, Any]:
     """This process's environment. By default the thread count and device are the ones in use
     now (CUDA counts as in use once it is initialized); a caller that is about to compute with
-    other settings passes them."""
-    import torch
+    other settings passes them (and then torch need not be imported)."""
+    if threads is None or device is None:
+        import torch
 
-    if device is None:
-        device = "cuda" if torch.cuda.is_initialized() else "cpu"
+        threads = threads or torch.get_num_threads()
+        if device is None:
+            device = "cuda" if torch.cuda.is_initialized() else "cpu"
     env: dict[str, Any] = {"fedhet": __version__}
     revision = git_revision()
     if revision is not None:
         env["git"] = revision
     return {
         **env,
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "torch_git": torch.version.git_version,
-        "threads": threads or torch.get_num_threads(),
+        **torch_build(),
+        "threads": threads,
         **_device(device),
         "platform": platform.platform(),
         "machine": platform.machine(),
@@ -93,9 +116,9 @@ def use_threads(threads: int | None) -> None:
 def planned_environment(threads: int | None, device: str, clients: str = "auto") -> dict[str, Any]:
     """The environment a stage would be computed in now, given the spec's runtime settings
     (`device` auto means CUDA when available; `clients` auto names no executor)."""
-    import torch
-
     if device == "auto":
+        import torch
+
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return environment(threads, device) | ({} if clients == "auto" else {"clients": clients})
 
