@@ -57,6 +57,7 @@ bench: install
 	$(BIN)/python -m benchmarks.entk_speed
 	$(BIN)/python -m benchmarks.stage2_speed
 	$(BIN)/python -m benchmarks.sweep_throughput
+	$(BIN)/python -m benchmarks.cross_device
 
 clean:
 	rm -rf $(VENV) .lockenv artifacts .pytest_cache

@@ -1,6 +1,6 @@
 """Vectorized local training (fedhet.engine.vectorized) takes the sequential path's steps: one
 round's client updates (states, mean losses, step counts, uploads, client states) agree with
-`Algorithm.client_update` on the same seeded generators, for FedAvg, FedProx, SCAFFOLD and
+`Trainer.client_update` on the same seeded generators, for FedAvg, FedProx, SCAFFOLD and
 FedNova, with momentum and weight decay, clients of different step counts and ragged batches."""
 
 from __future__ import annotations
@@ -9,25 +9,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from fedhet.engine.algorithm import Algorithm, ClientJob, ClientResult, make_algorithm
 
 from fedhet.core.spec import parse_spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
+from fedhet.engine.client_executors import VectorizedExecutor
 from fedhet.engine.loop import Checkpoints, ClientDiverged, Engine
 from fedhet.engine.setup import TrainSetup
+from fedhet.engine.trainer import ClientJob, ClientResult
 from fedhet.engine.vectorized import (
+    CohortClient,
     CohortDivergence,
     CohortResult,
-    LocalTerm,
-    ProximalTerm,
     SGDSettings,
     cannot_vectorize,
-    client_inputs,
     train_cohort,
 )
-from fedhet.methods.scaffold.vectorized import ScaffoldCorrection
 from fedhet.models import build_model
 
 torch.set_num_threads(1)
@@ -85,7 +83,8 @@ def make_engine(algorithm: dict, model: dict, folder: Path) -> Engine:
         for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
     ]
     setup = TrainSetup(spec, DIGITS, clients, CPU)
-    return Engine(make_algorithm(spec, setup), setup, Checkpoints(folder, CPU), 1000)
+    trainer = spec.algorithm.trainer_class()(spec.algorithm, setup)
+    return Engine(trainer, setup, Checkpoints(folder, CPU), 1000)
 
 
 def round_jobs(engine: Engine) -> list[ClientJob]:
@@ -106,27 +105,19 @@ def round_jobs(engine: Engine) -> list[ClientJob]:
     return engine.make_jobs(0, state, engine.holders)
 
 
-def term_for(algo: Algorithm, jobs: list[ClientJob]) -> LocalTerm:
-    job = jobs[0]
-    params = {n: v for n, v in job.global_state.items() if n in algo.param_names}
-    if algo.name == "fedprox":
-        return ProximalTerm(algo.config.mu, params)
-    if algo.name == "scaffold":
-        return ScaffoldCorrection(job.server_state, job.global_state, algo.fed.momentum)
-    return LocalTerm()
-
-
 def vectorized(engine: Engine, jobs: list[ClientJob], **options) -> list[CohortResult]:
+    """`train_cohort` on the jobs with the trainer's `vectorized_term`."""
     algo = engine.algorithm
-    term = term_for(algo, jobs)
-    inputs = []
-    for job in jobs:
-        client = client_inputs(
-            job.client.x, job.client.y, algo.local_steps(job), algo.fed.batch_size, job.generator
+    term = algo.vectorized_term(jobs)
+    inputs = [
+        CohortClient(
+            job.client.x,
+            job.client.y,
+            list(algo.client_batches(job)),
+            term.extras(job.client_state),
         )
-        if isinstance(term, ScaffoldCorrection):
-            client.extras = term.extras(job.client_state)
-        inputs.append(client)
+        for job in jobs
+    ]
     fed = algo.fed
     settings = SGDSettings(jobs[0].lr, fed.momentum, fed.weight_decay)
     return train_cohort(engine.model, jobs[0].global_state, inputs, settings, term, **options)
@@ -138,16 +129,23 @@ def gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max(float(((a[k] - b[k]).abs() - RTOL * b[k].abs()).max()) for k in a)
 
 
-def assert_agree(seq: list[ClientResult], vec: list[CohortResult], jobs: list[ClientJob]):
+def assert_agree(
+    seq: list[ClientResult],
+    vec: list[ClientResult],
+    seq_jobs: list[ClientJob],
+    vec_jobs: list[ClientJob],
+):
+    assert [r.client for r in vec] == [r.client for r in seq]
     assert [r.stats.steps for r in vec] == [r.stats.steps for r in seq]
     assert len({r.stats.steps for r in seq}) > 2  # clients of different step counts
-    for s, v, job in zip(seq, vec, jobs, strict=True):
+    for s, v, s_job, v_job in zip(seq, vec, seq_jobs, vec_jobs, strict=True):
         assert gap(v.state, s.state) <= ATOL
         assert v.stats.mean_loss == pytest.approx(s.stats.mean_loss, rel=LOSS_RTOL)
         assert v.upload.keys() == s.upload.keys()
+        assert v_job.client_state.keys() == s_job.client_state.keys()
         if s.upload:
             assert gap(v.upload, s.upload) <= ATOL
-            assert gap(v.client_state, job.client_state) <= ATOL
+            assert gap(v_job.client_state, s_job.client_state) <= ATOL
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -156,7 +154,10 @@ def test_one_round_agrees_with_the_sequential_path(tmp_path, algorithm, model):
     engine = make_engine(ALGORITHMS[algorithm], MODELS[model], tmp_path)
     seq_jobs, vec_jobs = round_jobs(engine), round_jobs(engine)
     sequential = [engine.train_client(job) for job in seq_jobs]  # updates their client states
-    assert_agree(sequential, vectorized(engine, vec_jobs), seq_jobs)
+    said: list[str] = []
+    executor = VectorizedExecutor(engine.algorithm, CPU, said.append)
+    assert_agree(sequential, executor.map(engine.train_client, vec_jobs), seq_jobs, vec_jobs)
+    assert said == [] and executor.ran == {"vectorized"}
 
 
 def test_masks_and_chunks_give_the_prefix_schedule_bitwise(tmp_path):
@@ -173,18 +174,20 @@ def test_masks_and_chunks_give_the_prefix_schedule_bitwise(tmp_path):
 
 def test_divergence_names_the_first_diverged_client_and_its_step(tmp_path):
     engine = make_engine(ALGORITHMS["fedavg"], MODELS["mlp"], tmp_path)
-    seq_jobs, vec_jobs = round_jobs(engine), round_jobs(engine)
-    for job in seq_jobs + vec_jobs:
+    seq_jobs, cohort_jobs, vec_jobs = round_jobs(engine), round_jobs(engine), round_jobs(engine)
+    for job in seq_jobs + cohort_jobs + vec_jobs:
         job.lr = 1e4
     with pytest.raises(ClientDiverged) as sequential:
         for job in seq_jobs:
             engine.train_client(job)
     with pytest.raises(CohortDivergence) as cohort:
-        vectorized(engine, vec_jobs)
-    assert vec_jobs[cohort.value.position].client.id == seq_jobs[cohort.value.position].client.id
+        vectorized(engine, cohort_jobs)
     assert str(sequential.value) == f"client {seq_jobs[cohort.value.position].client.id}: " + str(
         cohort.value.divergence
     )
+    with pytest.raises(ClientDiverged) as executed:  # the executor reports it as the sequential
+        VectorizedExecutor(engine.algorithm, CPU, print).map(engine.train_client, vec_jobs)
+    assert str(executed.value) == str(sequential.value)
 
 
 def test_batch_norm_stays_on_the_sequential_path():

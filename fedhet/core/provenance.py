@@ -8,8 +8,11 @@ functions: `spec validate` must not pay for it.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import platform
+import runpy
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +22,9 @@ if TYPE_CHECKING:
     from fedhet.core.spec import RuntimeSpec
 
 # The fields that can change results; the others (platform, python, fedhet's revision) are
-# recorded for the reader.
-COMPARED = ("threads", "torch", "torch_cuda", "torch_git", "device")
+# recorded for the reader. `clients` (the train stage's client executor, recorded by the stage)
+# is compared only where both sides name one: `runtime.clients: auto` accepts either.
+COMPARED = ("threads", "torch", "torch_cuda", "torch_git", "device", "clients")
 
 
 @functools.cache
@@ -47,31 +51,51 @@ def git_revision() -> dict[str, Any] | None:
 
 
 def _device(device: str) -> dict[str, str]:
-    import torch
-
     if device != "cuda":
         return {"device": device}
+    import torch
+
     return {"device": "cuda", "gpu": torch.cuda.get_device_name()}
+
+
+@functools.cache
+def torch_build() -> dict[str, Any]:
+    """torch's version, CUDA build and git revision. Read from torch's version module alone
+    unless torch is imported already: importing torch takes seconds, and a command that only
+    reuses stored artifacts does not need it."""
+    if "torch" in sys.modules:
+        import torch
+
+        values = {"__version__": torch.__version__, **vars(torch.version)}
+    else:
+        found = importlib.util.find_spec("torch")
+        assert found is not None and found.submodule_search_locations
+        values = runpy.run_path(str(Path(found.submodule_search_locations[0]) / "version.py"))
+    return {
+        "torch": str(values["__version__"]),
+        "torch_cuda": values["cuda"],
+        "torch_git": values["git_version"],
+    }
 
 
 def environment(threads: int | None = None, device: str | None = None) -> dict[str, Any]:
     """This process's environment. By default the thread count and device are the ones in use
     now (CUDA counts as in use once it is initialized); a caller that is about to compute with
-    other settings passes them."""
-    import torch
+    other settings passes them (and then torch need not be imported)."""
+    if threads is None or device is None:
+        import torch
 
-    if device is None:
-        device = "cuda" if torch.cuda.is_initialized() else "cpu"
+        threads = threads or torch.get_num_threads()
+        if device is None:
+            device = "cuda" if torch.cuda.is_initialized() else "cpu"
     env: dict[str, Any] = {"fedhet": __version__}
     revision = git_revision()
     if revision is not None:
         env["git"] = revision
     return {
         **env,
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "torch_git": torch.version.git_version,
-        "threads": threads or torch.get_num_threads(),
+        **torch_build(),
+        "threads": threads,
         **_device(device),
         "platform": platform.platform(),
         "machine": platform.machine(),
@@ -89,14 +113,14 @@ def use_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def planned_environment(threads: int | None, device: str) -> dict[str, Any]:
+def planned_environment(threads: int | None, device: str, clients: str = "auto") -> dict[str, Any]:
     """The environment a stage would be computed in now, given the spec's runtime settings
-    (`device` auto means CUDA when available)."""
-    import torch
-
+    (`device` auto means CUDA when available; `clients` auto names no executor)."""
     if device == "auto":
+        import torch
+
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return environment(threads, device)
+    return environment(threads, device) | ({} if clients == "auto" else {"clients": clients})
 
 
 def differences(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
@@ -108,12 +132,15 @@ def differences(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[
         f"{_describe(stored, name)} (now {_describe(current, name)})"
         for name in COMPARED
         if stored.get(name) != current.get(name)
+        and (name != "clients" or (name in stored and name in current))
     ]
 
 
 def changes(stored: dict[str, Any] | None, runtime: RuntimeSpec) -> list[str]:
     """What differs between a stored environment and the one `runtime` would compute in now."""
-    return differences(stored, planned_environment(runtime.threads, runtime.device))
+    return differences(
+        stored, planned_environment(runtime.threads, runtime.device, runtime.clients)
+    )
 
 
 def reuse_note(stored: dict[str, Any] | None, runtime: RuntimeSpec) -> str:
@@ -131,6 +158,7 @@ def _describe(env: dict[str, Any], name: str) -> str:
         "torch_cuda": f"CUDA build {value}" if value else "CPU-only torch build",
         "torch_git": f"torch git {str(value)[:12]}",
         "device": f"device {_device_text(env)}",
+        "clients": f"{value} clients",
     }[name]
 
 
@@ -150,6 +178,7 @@ def described(env: dict[str, Any]) -> dict[str, str]:
         f"{str(env.get('torch_git'))[:12]}",
         "threads": str(env.get("threads")),
         "device": _device_text(env),
+        **({"clients": str(env["clients"])} if "clients" in env else {}),
         "platform": f"{env.get('platform')} ({env.get('machine')})",
         "python": str(env.get("python")),
     }

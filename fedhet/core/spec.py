@@ -343,6 +343,12 @@ class RuntimeSpec(Section):
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, le=MAX_THREADS)
+    clients: Literal["sequential", "vectorized", "auto"] = Field(
+        "sequential",
+        description="how a round's clients train: one at a time; vectorized, the cohort as one "
+        "batched computation (float32 rounding differs; algorithms without a vectorized form "
+        "fall back, said once); auto, vectorized for models without convolutions",
+    )
     checkpoint_every: int = Field(5, ge=1, le=MAX_COUNT)
     eval_batch_size: int = Field(1000, ge=1, le=MAX_COUNT)
     progress: bool = True

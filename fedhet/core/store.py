@@ -166,7 +166,10 @@ class ArtifactStore:
                         "stage": stage,
                         "key": key,
                         "fedhet_version": __version__,
-                        "environment": provenance.environment(),
+                        # what the stage recorded of its environment (the train stage:
+                        # its client executor), completed with the process's
+                        "environment": provenance.environment()
+                        | dict(group.attrs.get("environment", {})),
                         "created": datetime.now(UTC).isoformat(timespec="seconds"),
                         "wall_time_s": round(time.time() - started, 3),
                         "command": " ".join(sys.argv),

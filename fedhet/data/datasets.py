@@ -25,6 +25,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as tvf
 
 from fedhet.core.errors import InputError, RunError
+from fedhet.data.decoded import decoded
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 DIGITS_TEST_FRACTION = 0.2
@@ -251,7 +252,7 @@ def _debian_fashion_mnist_present() -> bool:
 
 def _read_debian_fashion_mnist() -> _Raw:
     """Debian's dataset-fashion-mnist: the original gzipped IDX files in one folder."""
-    arrays = [_read_idx_gz(DEBIAN_FASHION_MNIST / file) for file in _DEBIAN_FILES]
+    arrays = [decoded(DEBIAN_FASHION_MNIST / file, _read_idx_gz) for file in _DEBIAN_FILES]
     train_x, train_y, test_x, test_y = arrays
     return _Raw(
         torch.from_numpy(train_x).unsqueeze(1),

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.data.partition import empty_clients_note
 from fedhet.engine import tensorboard, tensors
+from fedhet.engine.client_executors import client_executor, executor_name
 from fedhet.engine.loop import Engine
 from fedhet.engine.run_format import Checkpoints, write_client_states, write_metrics
 from fedhet.engine.setup import build_setup
@@ -65,12 +66,19 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
             if events is not None:
                 events.write(rnd, row, learning_rates[rnd])
 
+        executor = client_executor(
+            spec.runtime.clients,
+            trainer,
+            setup.device,
+            lambda line: ctx.console.print(line, markup=False, soft_wrap=True),
+        )
         engine = Engine(
             trainer,
             setup,
             Checkpoints(partial, setup.device),
             spec.runtime.checkpoint_every,
             on_round,
+            executor,
         )
         state = engine.initial_state()
         progress.update(task, completed=state.round)
@@ -80,6 +88,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         finally:
             if events is not None:
                 events.close()
+    out.attrs["environment"] = {"clients": executor_name(executor)}  # completed by the store
     write_metrics(out, state.metrics)
     model = out.create_group("model")
     tensors.save(model, "final", state.global_state)

@@ -10,7 +10,9 @@ A trainer is a few functions over explicit state:
   (parameter rewriting after each optimizer step),
   `synchronized_first_step` (a lockstep step across the round's clients, returning the
   `Traffic` it adds), `download`/`shared` (what crosses the network, for accounting),
-  `evaluation_states` (personalized models to evaluate) and `build_model`.
+  `evaluation_states` (personalized models to evaluate) and `build_model`;
+- `vectorized_term(jobs)`: the trainer's part of local training when the round's clients train
+  as one batched computation (`fedhet.engine.vectorized`); None where it cannot.
 The engine owns the round loop, sampling, evaluation, metrics and checkpoints.
 """
 
@@ -35,6 +37,11 @@ from fedhet.engine.local import (
 )
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
+from fedhet.engine.vectorized import LocalTerm
+
+# The client-side hooks a `vectorized_term` must stand for: a trainer that overrides one of them
+# below the class defining its `vectorized_term` trains sequentially.
+CLIENT_HOOKS = ("client_update", "local_loss", "before_step", "after_step")
 
 
 @dataclass
@@ -158,6 +165,11 @@ class Trainer:
         return batch_schedule(
             job.client.n, self.fed.batch_size, self.local_steps(job), job.generator
         )
+
+    def vectorized_term(self, jobs: list[ClientJob]) -> LocalTerm | None:
+        """The round's local training as a `LocalTerm` (FedAvg's adds nothing), for the
+        vectorized executor; None: this trainer's clients train one at a time."""
+        return LocalTerm()
 
     def client_update(self, job: ClientJob) -> ClientResult:
         model = job.model

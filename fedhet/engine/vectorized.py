@@ -80,6 +80,10 @@ class CohortResult:
 class LocalTerm:
     """An algorithm's part of local training; the base class adds nothing (FedAvg, FedNova)."""
 
+    def extras(self, client_state: Tensors) -> Tensors:
+        """A client's `CohortClient.extras` from its persistent state."""
+        return {}
+
     def loss(self, params: Tensors) -> Tensor | float:
         """A term added to one client's data loss (`params`: that client's parameters)."""
         return 0.0

@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from fedhet.engine.trainer import ClientJob, Trainer
+from fedhet.engine.vectorized import ProximalTerm
 
 
 class FedProx(Trainer):
@@ -15,3 +16,7 @@ class FedProx(Trainer):
             return loss
         prox = sum(((p - job.global_state[n]) ** 2).sum() for n, p in model.named_parameters())
         return loss + 0.5 * self.config.mu * prox
+
+    def vectorized_term(self, jobs: list[ClientJob]) -> ProximalTerm:
+        anchor = {n: v for n, v in jobs[0].global_state.items() if n in self.param_names}
+        return ProximalTerm(self.config.mu, anchor)

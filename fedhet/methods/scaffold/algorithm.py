@@ -22,6 +22,8 @@ from fedhet.engine import tensors
 from fedhet.engine.local import effective_steps
 from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
+from fedhet.methods.scaffold.control import updated_control
+from fedhet.methods.scaffold.vectorized import ScaffoldCorrection
 
 
 class Scaffold(Trainer):
@@ -65,14 +67,17 @@ class Scaffold(Trainer):
         c_i = self._client_control(job)
         result = super().client_update(job)
         scale = 1.0 / (self._step_count(result.stats.steps) * job.lr)
-        delta = {}
-        with torch.no_grad():
-            for name, c in job.server_state.items():
-                new = c_i[name] - c + scale * (job.global_state[name] - result.state[name])
-                delta[name] = new - c_i[name]
-                c_i[name] = new
-        result.upload = delta
+        new, result.upload = updated_control(
+            job.server_state, c_i, job.global_state, result.state, scale
+        )
+        c_i.update(new)
         return result
+
+    def vectorized_term(self, jobs: list[ClientJob]) -> ScaffoldCorrection | None:
+        if self.config.correction != "gradient":
+            return None  # the correction after the optimizer step has no vectorized form
+        job = jobs[0]
+        return ScaffoldCorrection(job.server_state, job.global_state, self._step_count)
 
     def aggregate(self, round, global_state, server_state, results, weights):
         sizes = self.setup.sizes

@@ -1,0 +1,121 @@
+"""`runtime.clients`: the vectorized executor in whole runs. It is never in a key, the executor
+that ran is recorded in the train artifact's environment and reusing a run trained by another
+executor is announced; a full run lands where the seeds' spread of sequential runs lies; what
+cannot run vectorized runs sequentially, said in one line."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from fedhet.core.spec import parse_spec
+from fedhet.core.store import ArtifactStore
+from fedhet.engine.client_executors import auto_choice
+from fedhet.execution.planning import runs_of
+from fedhet.execution.results import execute
+from fedhet.models import build_model
+
+SPEC = {
+    "name": "executors",
+    "data": {"dataset": "digits"},
+    "partition": {"scheme": "dirichlet", "clients": 20, "alpha": 0.3},
+    "model": {"arch": "mlp", "hidden": [32]},
+    "federation": {"rounds": 8, "clients_per_round": 8, "batch_size": 10, "lr": 0.05},
+    "eval": {"every": 4},
+    "runtime": {"threads": 1, "progress": False, "device": "cpu"},
+}
+
+
+def run_of(clients: str, **changes) -> object:
+    spec = copy.deepcopy(SPEC)
+    spec["runtime"]["clients"] = clients
+    for field, value in changes.items():
+        spec[field] = value
+    (run,) = runs_of(parse_spec(spec))
+    return run
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_executor_is_recorded_never_keyed_and_reuse_across_executors_announced(
+    tmp_path, one_thread, capsys
+):
+    runs = {clients: run_of(clients) for clients in ("sequential", "vectorized", "auto")}
+    assert len({run.node.key for run in runs.values()}) == 1
+    store = ArtifactStore(tmp_path)
+    trained = execute(runs["vectorized"], store)
+    assert trained.attrs["environment"]["clients"] == "vectorized"
+    partition = runs["vectorized"].node.upstream["partition"].key
+    assert "clients" not in store.open("partition", partition).attrs["environment"]
+    capsys.readouterr()
+    execute(runs["sequential"], store)
+    key = runs["sequential"].node.key
+    announced = [line for line in capsys.readouterr().err.splitlines() if "another" in line]
+    assert announced == [
+        f"train {key[:12]}: reusing the stored artifact, computed under another environment: "
+        "vectorized clients (now sequential clients)"
+    ]
+    execute(runs["auto"], store)  # auto accepts either executor
+    assert not [line for line in capsys.readouterr().err.splitlines() if "another" in line]
+
+
+def final_accuracy(clients: str, seed: int, folder) -> float:
+    group = execute(run_of(clients, seed=seed), ArtifactStore(folder / clients))  # same keys
+    assert group.attrs["environment"]["clients"] == clients
+    return group.attrs["summary"]["final_accuracy"]
+
+
+def test_a_vectorized_run_lands_within_the_seed_spread_of_sequential_runs(tmp_path, one_thread):
+    """Vectorized and sequential runs of one seed take the same steps, rounded differently:
+    their gap must stay far below what changing the seed does. For every seed the paired gap
+    is at most the sequential runs' seed spread (max - min over the seeds), and the vectorized
+    runs' mean lies within that spread."""
+    seeds = (0, 1, 2)
+    sequential = np.array([final_accuracy("sequential", s, tmp_path) for s in seeds])
+    vectorized = np.array([final_accuracy("vectorized", s, tmp_path) for s in seeds])
+    spread = sequential.max() - sequential.min()
+    assert spread > 0
+    assert np.abs(vectorized - sequential).max() <= spread
+    assert sequential.min() <= vectorized.mean() <= sequential.max()
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"algorithm": {"name": "scaffold", "correction": "after_step"}}, "no vectorized form"),
+        (
+            {
+                "model": {"arch": "mlp", "hidden": [16], "norm": "batch"},
+                "partition": {"scheme": "iid", "clients": 20},
+                # no batch of one sample
+                "federation": {"rounds": 3, "clients_per_round": 8, "batch_size": 32},
+            },
+            "BatchNorm",
+        ),
+    ],
+)
+def test_what_cannot_vectorize_runs_sequentially_said_in_one_line(
+    tmp_path, one_thread, capsys, changes, reason
+):
+    group = execute(run_of("vectorized", **changes), ArtifactStore(tmp_path))
+    said = [line for line in capsys.readouterr().err.splitlines() if "clients:" in line]
+    assert len(said) == 1 and said[0].startswith("clients: training sequentially, not vectorized")
+    assert reason in said[0]
+    assert group.attrs["environment"]["clients"] == "sequential"
+
+
+def test_auto_vectorizes_models_without_convolutions():
+    spec = parse_spec({"model": {"arch": "mlp"}})
+    mlp = build_model(spec.model, (1, 8, 8), 10, 0)
+    cnn = build_model(parse_spec({"model": {"arch": "simple_cnn"}}).model, (1, 8, 8), 10, 0)
+    assert auto_choice(mlp, 50) == "vectorized"
+    assert auto_choice(cnn, 50) == "sequential"
+    assert auto_choice(mlp, 1) == "sequential"
