@@ -198,6 +198,18 @@ def test_the_engine_keeps_the_model_of_the_best_validation_round(tmp_path):
     assert test[0] == metrics["test_accuracy"][best] == summarize(metrics)["best_accuracy"]
 
 
+def test_a_run_resumed_from_a_checkpoint_keeps_its_validation_metrics_and_choice(tmp_path):
+    spec = parse_spec(spec_data(0.3, federation={"rounds": 4, "batch_size": 64, "lr": 0.2}))
+    setup = build_setup(spec, partition_group(spec, ArtifactStore(tmp_path / "store")))
+    whole = Engine(Trainer(spec.algorithm, setup), setup, Checkpoints(tmp_path / "a"), 2).run()
+    saved = Checkpoints(tmp_path / "a").latest()  # round 2's checkpoint
+    assert saved.round == 2 and saved.metrics["val_accuracy"] == whole.metrics["val_accuracy"][:2]
+    engine = Engine(Trainer(spec.algorithm, setup), setup, Checkpoints(tmp_path / "b"), 1000)
+    resumed = engine.run(saved)
+    assert resumed.metrics["val_accuracy"] == whole.metrics["val_accuracy"]
+    assert resumed.best_accuracy == whole.best_accuracy == max(whole.metrics["val_accuracy"])
+
+
 def test_without_a_split_the_run_stores_exactly_the_usual_metrics(tmp_path):
     spec = parse_spec(spec_data(None, federation={"rounds": 1}))
     setup = build_setup(spec, partition_group(spec, ArtifactStore(tmp_path / "store")))
