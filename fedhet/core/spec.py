@@ -51,6 +51,13 @@ class DataSpec(Section):
     dataset: DatasetName = "digits"
     root: str | None = Field(None, description="data root; not part of any key")
     download: bool = Field(False, description="let torchvision download; not part of any key")
+    validation: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="hold out this share of each client's training data, stratified by label "
+        "(fedhet.data.validation); the best model is then chosen by validation accuracy",
+    )
 
 
 # --- partition --------------------------------------------------------------------------

@@ -32,6 +32,9 @@ class Partition:
     client_indices: list[np.ndarray]  # int64 indices into the train set, one per client, sorted
     histogram: np.ndarray  # clients x classes int64 label counts
     angles: np.ndarray | None  # per-client rotation in degrees (feature shift), or None
+    # with `data.validation`, the samples each client holds out of training
+    # (fedhet.data.validation), sorted; else None
+    validation_indices: list[np.ndarray] | None = None
 
     @property
     def num_clients(self) -> int:

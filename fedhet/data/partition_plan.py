@@ -15,4 +15,6 @@ def partition_node(spec: Spec) -> StageNode:
         "partition": spec.partition.model_dump(mode="json"),
         "seed": spec.seed,
     }
+    if spec.data.validation is not None:  # absent when off: keys without a split stay as they were
+        config["validation"] = spec.data.validation
     return StageNode("partition", VERSION, config)

@@ -1,5 +1,7 @@
 """The `partition` stage: per-client index arrays and the clients x classes label histogram.
-Its node is planned by fedhet.data.partition_plan."""
+With `data.validation` the clients' arrays are their training samples (the histogram counts
+those) and `validation/indices`, `validation/offsets` hold what each holds out
+(fedhet.data.validation). Its node is planned by fedhet.data.partition_plan."""
 
 from __future__ import annotations
 
@@ -11,31 +13,45 @@ import zarr
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import Partition, make_partition
+from fedhet.data.validation import hold_out
 
 
 @stage("partition")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
     data = ctx.spec.data
     dataset = load_dataset(data.dataset, data.root, data.download)
-    part = make_partition(
-        ctx.spec.partition, dataset.train_y.numpy(), dataset.num_classes, ctx.spec.seed
-    )
+    labels = dataset.train_y.numpy()
+    part = make_partition(ctx.spec.partition, labels, dataset.num_classes, ctx.spec.seed)
+    if data.validation is not None:
+        part = hold_out(part, labels, data.validation, ctx.spec.seed)
     save_partition(out, part)
 
 
 def save_partition(out: zarr.Group, part: Partition) -> None:
-    sizes = np.array([len(i) for i in part.client_indices], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    indices = np.concatenate(part.client_indices).astype(np.int64)
-    out.create_array("indices", data=indices, chunks=(max(1, min(len(indices), 1 << 16)),))
-    out.create_array("offsets", data=offsets)
+    _save_lists(out, "", part.client_indices)
     out.create_array("histogram", data=part.histogram.astype(np.int64))
     if part.angles is not None:
         out.create_array("angles", data=np.asarray(part.angles, dtype=np.float64))
+    if part.validation_indices is not None:
+        _save_lists(out, "validation/", part.validation_indices)
+
+
+def _save_lists(out: zarr.Group, prefix: str, lists: list[np.ndarray]) -> None:
+    """Index arrays, one per client, as `<prefix>indices` (concatenated) and `<prefix>offsets`."""
+    sizes = np.array([len(i) for i in lists], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    indices = np.concatenate(lists).astype(np.int64)
+    chunk = max(1, min(len(indices), 1 << 16))
+    out.create_array(f"{prefix}indices", data=indices, chunks=(chunk,))
+    out.create_array(f"{prefix}offsets", data=offsets)
+
+
+def _load_lists(group: zarr.Group) -> list[np.ndarray]:
+    indices, offsets = group["indices"][:], group["offsets"][:]
+    return [indices[offsets[k] : offsets[k + 1]] for k in range(len(offsets) - 1)]
 
 
 def load_partition(group: zarr.Group) -> Partition:
-    indices, offsets = group["indices"][:], group["offsets"][:]
-    clients = [indices[offsets[k] : offsets[k + 1]] for k in range(len(offsets) - 1)]
     angles = group["angles"][:] if "angles" in group else None
-    return Partition(clients, group["histogram"][:], angles)
+    validation = _load_lists(group["validation"]) if "validation" in group else None
+    return Partition(_load_lists(group), group["histogram"][:], angles, validation)

@@ -195,13 +195,17 @@ class Engine:
         )
         train_loss = float(np.mean([r.stats.mean_loss for r in results]))
         state.global_state = new_global
-        acc, loss = float("nan"), float("nan")
+        validation = self.setup.validation
+        acc, loss, val_acc, val_loss = (float("nan"),) * 4
         last = rnd + 1 == self.spec.federation.rounds
         if (rnd + 1) % self.spec.eval.every == 0 or last:
             evaluated = algo.evaluation_states(new_global, state.client_states)
             acc, loss = self.evaluate_states(evaluated)
-            if acc > state.best_accuracy:
-                state.best_accuracy, state.best_state = acc, tensors.clone(new_global)
+            if validation is not None:
+                val_acc, val_loss = self.evaluate_states(evaluated, validation.x, validation.y)
+            chosen_by = acc if validation is None else val_acc  # the best model's criterion
+            if chosen_by > state.best_accuracy:
+                state.best_accuracy, state.best_state = chosen_by, tensors.clone(new_global)
         row = {
             "test_accuracy": acc,
             "test_loss": loss,
@@ -212,24 +216,26 @@ class Engine:
             "comm_rounds": float((1 if shared_global else 0) + traffic.rounds),
             "wall_time": time.perf_counter() - started,
         }
+        if validation is not None:
+            row |= {"val_accuracy": val_acc, "val_loss": val_loss}
         for name, value in row.items():
-            state.metrics[name].append(value)
+            state.metrics.setdefault(name, []).append(value)
         self.on_round(rnd, row)
 
-    def evaluate_states(self, states: list[Tensors]) -> tuple[float, float]:
-        """Test (accuracy, loss) averaged over model states (one: the global model)."""
+    def evaluate_states(
+        self, states: list[Tensors], x: torch.Tensor | None = None, y: torch.Tensor | None = None
+    ) -> tuple[float, float]:
+        """(accuracy, loss) on (x, y), by default the test set, averaged over model states (one:
+        the global model)."""
         ds = self.setup.dataset
+        if x is None or y is None:
+            x = self.setup.extras.get("test_x", ds.test_x)
+            y = self.setup.extras.get("test_y", ds.test_y)
         scores = []
         for model_state in states:
             self.model.load_state_dict(model_state)
             scores.append(
-                evaluate(
-                    self.model,
-                    self.setup.extras.get("test_x", ds.test_x),
-                    self.setup.extras.get("test_y", ds.test_y),
-                    self.spec.runtime.eval_batch_size,
-                    ds.num_classes,
-                )
+                evaluate(self.model, x, y, self.spec.runtime.eval_batch_size, ds.num_classes)
             )
         accuracies, losses = zip(*scores, strict=True)
         return float(np.mean(accuracies)), float(np.mean(losses))

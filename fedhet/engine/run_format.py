@@ -41,6 +41,7 @@ from fedhet.process import interrupts
 if TYPE_CHECKING:
     import torch
 
+    from fedhet.core.spec import Spec
     from fedhet.engine.tensors import Tensors
 
 METRICS = (
@@ -53,6 +54,13 @@ METRICS = (
     "comm_rounds",  # server-client round trips: 1 (model exchange) + Traffic.rounds (FedTAN)
     "wall_time",
 )
+# with a validation split (`data.validation`), per evaluated round; NaN in the others
+VALIDATION_METRICS = ("val_accuracy", "val_loss")
+
+
+def run_metrics(spec: Spec) -> tuple[str, ...]:
+    """The metrics a run of `spec` stores per round: METRICS, plus those its options add."""
+    return METRICS + (VALIDATION_METRICS if spec.data.validation is not None else ())
 
 
 @dataclass
@@ -65,7 +73,7 @@ class RunState:
     client_states: dict[int, Tensors]
     metrics: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
     best_state: Tensors | None = None
-    best_accuracy: float = -1.0
+    best_accuracy: float = -1.0  # best_state's score: validation accuracy with a split, else test
 
     def snapshot(self) -> RunState:
         """A copy that later rounds leave alone: they replace tensors, never change them in
@@ -86,7 +94,10 @@ def write_metrics(group: zarr.Group, metrics: Mapping[str, list[float]]) -> None
         sub.create_array(name, data=np.asarray(values, dtype=np.float64))
 
 
-def read_metrics(group: zarr.Group, names: tuple[str, ...] = METRICS) -> dict[str, list[float]]:
+def read_metrics(group: zarr.Group) -> dict[str, list[float]]:
+    """Every metric stored in `group`, METRICS first."""
+    stored = [name for name, _ in group["metrics"].arrays()]
+    names = [m for m in METRICS if m in stored] + sorted(set(stored) - set(METRICS))
     return {name: group["metrics"][name][:].tolist() for name in names}
 
 

@@ -16,6 +16,7 @@ from fedhet.core.errors import InputError
 from fedhet.core.spec import Spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import Dataset, load_dataset, rotate
+from fedhet.data.partition import Partition
 from fedhet.data.partition_stage import load_partition
 
 
@@ -28,6 +29,8 @@ class TrainSetup:
     clients: list[ClientData]
     device: torch.device
     extras: dict[str, object] = field(default_factory=dict)  # artifacts of extra upstream stages
+    # with `data.validation`: every client's held-out samples, pooled client after client (id -1)
+    validation: ClientData | None = None
 
     @property
     def sizes(self) -> list[int]:
@@ -65,16 +68,27 @@ def build_setup(spec: Spec, partition_group: zarr.Group) -> TrainSetup:
     device = resolve_device(spec.runtime.device)
     ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
     part = load_partition(partition_group)
-    clients = []
-    for cid, idx in enumerate(part.client_indices):
-        x = ds.train_x[torch.from_numpy(idx)]
-        if part.angles is not None and part.angles[cid] != 0:
-            x = rotate(x, float(part.angles[cid]), ds.mean, ds.std)
-        clients.append(ClientData(cid, x.to(device), ds.train_y[torch.from_numpy(idx)].to(device)))
+    clients = [
+        client_data(ds, part, cid, idx, device) for cid, idx in enumerate(part.client_indices)
+    ]
+    validation = None
+    if part.validation_indices is not None:
+        held = [client_data(ds, part, c, i, device) for c, i in enumerate(part.validation_indices)]
+        validation = ClientData(-1, torch.cat([h.x for h in held]), torch.cat([h.y for h in held]))
     if part.angles is not None:
         ds = replace(ds, test_x=rotated_like_clients(ds, part.angles))
     ds_device = ds if device.type == "cpu" else _to_device(ds, device)
-    return TrainSetup(spec, ds_device, clients, device)
+    return TrainSetup(spec, ds_device, clients, device, validation=validation)
+
+
+def client_data(
+    ds: Dataset, part: Partition, cid: int, idx: np.ndarray, device: torch.device
+) -> ClientData:
+    """Client `cid`'s training samples at `idx`, with its feature shift applied."""
+    x = ds.train_x[torch.from_numpy(idx)]
+    if part.angles is not None and part.angles[cid] != 0:
+        x = rotate(x, float(part.angles[cid]), ds.mean, ds.std)
+    return ClientData(cid, x.to(device), ds.train_y[torch.from_numpy(idx)].to(device))
 
 
 def rotated_like_clients(ds: Dataset, angles: np.ndarray) -> torch.Tensor:

@@ -1,10 +1,15 @@
 """Derived metrics of a run: best and final accuracy, rounds to a target accuracy, and means of
-the test accuracy over its evaluated rounds (all of them, or the last tenth)."""
+the test accuracy over its evaluated rounds (all of them, or the last tenth).
+
+The "best" round is the evaluated round of the highest test accuracy, or, in a run with a
+validation split (its metrics hold `val_accuracy`), of the highest validation accuracy; the
+first of equals either way. `best_accuracy` is the test accuracy of that round; with a validation
+split the summary adds `selection: "validation"` and the round's `best_val_accuracy`."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -40,18 +45,33 @@ def tail_mean(accuracies: Sequence[float]) -> float:
 def summarize(metrics: Mapping[str, Sequence[float]], target: float | None = None) -> dict:
     acc = [a for a in metrics["test_accuracy"]]
     scored = evaluated(acc)
-    best_round, best = max(scored, key=lambda ra: ra[1]) if scored else (None, math.nan)
+    validated = "val_accuracy" in metrics
+    candidates = evaluated(metrics["val_accuracy"]) if validated else scored
+    best_round = max(candidates, key=lambda ra: ra[1])[0] if candidates else None
     out = {
         "rounds": len(acc),
-        "best_accuracy": best,
+        "best_accuracy": acc[best_round - 1] if best_round is not None else math.nan,
         "best_round": best_round,
         "final_accuracy": scored[-1][1] if scored else math.nan,
         "bytes_up": float(sum(metrics["bytes_up"])),
         "bytes_down": float(sum(metrics["bytes_down"])),
         "wall_time_s": float(sum(metrics["wall_time"])),
     }
+    if validated:
+        out["selection"] = "validation"
+        out["best_val_accuracy"] = max(c[1] for c in candidates) if candidates else math.nan
     if target is not None:
         reached = rounds_to_reach(acc, target)
         out["target_accuracy"] = target
         out["rounds_to_target"] = reached if reached is not None else "never"
     return out
+
+
+def best_label(summaries: Iterable[Mapping]) -> str:
+    """What the summaries' `best_accuracy` is, as a report's title (capitalized)."""
+    selections = {summary.get("selection", "test") for summary in summaries}
+    if selections == {"validation"}:
+        return "Test accuracy at the best validation round"
+    if "validation" in selections:
+        return "Test accuracy at the best validation round (best test accuracy without a split)"
+    return "Best test accuracy (the papers' metric)"

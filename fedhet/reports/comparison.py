@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from fedhet.metrics.paired import CONFIDENCE, Comparison, Pairing, Value, compare, pair
-from fedhet.metrics.summary import evaluated_mean, tail_mean
+from fedhet.metrics.summary import best_label, evaluated_mean, tail_mean
 
 DIVERGED = "diverged"
 NEVER_REACHED = "never reached"
@@ -43,11 +43,10 @@ def _rounds_to_target(row: dict) -> Value:
     return DIVERGED if row["diverged"] is not None else NEVER_REACHED
 
 
-def paired_metrics(target: float | None) -> list[PairedMetric]:
+def paired_metrics(target: float | None, best: str = best_label([])) -> list[PairedMetric]:
+    """The metrics compared; `best` names the rows' best accuracy (summary.best_label)."""
     metrics = [
-        PairedMetric(
-            "Best test accuracy (the papers' metric)", lambda r: _measured(r["best_accuracy"])
-        ),
+        PairedMetric(best, lambda r: _measured(r["best_accuracy"])),
         PairedMetric("Final test accuracy", _whole_run(lambda r: r["final_accuracy"])),
         PairedMetric(
             "Mean test accuracy over the last tenth of the evaluated rounds",
@@ -136,7 +135,8 @@ def paired_section(
         "target none for the rounds to it; unmatched: a seed only one of the two has.\n\n"
     )
     tables = []
-    for metric in paired_metrics(target):
+    best = best_label(r for group in cells.values() for r in group)
+    for metric in paired_metrics(target, best):
         rows = compared(cells, reference, metric)
         if rows:
             tables.append(f"### {metric.title}\n\n" + paired_table(rows, metric.unit))

@@ -27,7 +27,7 @@ from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import Run
 from fedhet.execution.results import result, result_row, stored_metrics
 from fedhet.figures import Curve, metric_curves
-from fedhet.metrics.summary import rounds_to_reach
+from fedhet.metrics.summary import best_label, rounds_to_reach
 from fedhet.reports.comparison import paired_section
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
@@ -218,8 +218,11 @@ def stage_table(rows: list[dict]) -> str:
 
 
 def per_seed_table(rows: list[dict]) -> str:
+    """One line per run; `best` is the test accuracy of its best round (`summarize`): of the
+    best validation accuracy in a run with a validation split."""
+    best = "test at best val" if any(r.get("selection") == "validation" for r in rows) else "best"
     lines = [
-        "| algorithm | setting | seed | best | final | rounds to target | key |",
+        f"| algorithm | setting | seed | {best} | final | rounds to target | key |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -281,9 +284,9 @@ def write_report(
     metric_curves({label: seed_curves(rows, m) for m, label in CURVES.items()}, png, spec.name)
     header = (
         f"# {spec.name}\n\n{spec.description.strip()}\n\n"
-        f"Best test accuracy (%): mean ± standard deviation over seeds (np.std, ddof=0; no ± for "
-        f"one seed), n = the number of seeds. Generated {date.today()} by `fedhet report` from "
-        f"runs computed in:\n\n{environments(rows)}\n\n"
+        f"{best_label(rows)}, in %: mean ± standard deviation over seeds (np.std, ddof=0; no "
+        f"± for one seed), n = the number of seeds. Generated {date.today()} by `fedhet report` "
+        f"from runs computed in:\n\n{environments(rows)}\n\n"
     )
     if any(r["diverged"] is not None for r in rows):
         header += (

@@ -9,6 +9,8 @@ Artifact layout:
     train/features [N, p]  every client's samples, client after client (`chunk` rows a chunk)
     train/labels [N], train/offsets [K + 1]  client k owns rows offsets[k]:offsets[k + 1]
     test/features [M, p], test/labels [M]
+    validation/features [V, p], validation/labels [V]  with `data.validation`: the samples the
+                  clients hold out (never in train/, so stage 2 never fits them), pooled
     mask [p]      the kept coordinates of the flattened parameters
     mean, std [p] the global per-coordinate statistics of the train features (the
                   normalization round); attrs["normalization"] summarizes them
@@ -116,8 +118,13 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     train = FeatureWriter(out, "train/features", sum(sizes), config, p, moments=True)
     test = FeatureWriter(out, "test/features", len(ds.test_y), config, p, moments=False)
     inputs = [(train, client.x) for client in setup.clients] + [(test, ds.test_x)]
+    held_out = setup.validation
+    if held_out is not None:
+        held = FeatureWriter(out, "validation/features", held_out.n, config, p, moments=False)
+        inputs.append((held, held_out.x))
+        _write_labels(out, "validation/labels", [held_out.y])
     with stage_progress(ctx.console, spec.runtime.progress, "sample") as progress:
-        total = sum(sizes) + len(ds.test_y)
+        total = sum(len(x) for _, x in inputs)
         task = progress.add_task(f"{spec.name}: tct eNTK", total=total, note="")
         for writer, x in inputs:
             for block in iter_entk_chunks(model, x, coords, config.chunk):

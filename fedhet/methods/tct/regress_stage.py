@@ -16,8 +16,11 @@ TCT's predictor exists only from stage 2 on. Each stage-2 row holds
     comm_rounds                     1, and 2 in round 1 (the normalization round)
     wall_time                       seconds per round, evaluation included; round 1 also counts
                                     the eNTK extraction and loading the features
+    val_accuracy, val_loss          with `data.validation`: as the test ones, on the held-out
+                                    samples' features (never fitted)
 The fitted model is in linear/weight [p, C] and linear/bias [C], the stage-2 round's model with
-the best test accuracy (the first of equals) in linear/best/weight and linear/best/bias. With
+the best test accuracy, or validation accuracy with a validation split (the first of equals), in
+linear/best/weight and linear/best/bias. With
 `runtime.tensorboard` the rows go to the run's TensorBoard folder once stage 2 ends.
 """
 
@@ -37,7 +40,7 @@ from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.engine import tensorboard
 from fedhet.engine.progress import stage_progress
-from fedhet.engine.run_format import METRICS, write_metrics
+from fedhet.engine.run_format import run_metrics, write_metrics
 from fedhet.methods.tct.least_squares import linear_map
 from fedhet.methods.tct.regression import centered_one_hot, solve
 from fedhet.methods.tct.sections import Stage2Spec
@@ -45,7 +48,6 @@ from fedhet.metrics.summary import summarize
 
 BYTES_PER_VALUE = 4  # W and b travel in float32
 STAGE1_COSTS = ("bytes_up", "bytes_down", "comm_rounds", "wall_time")
-METRIC_NAMES = (*METRICS, "train_accuracy")
 
 
 @dataclass
@@ -64,18 +66,26 @@ def standardized(array: zarr.Array, start: int, stop: int, mean: Tensor, std: Te
 
 def load_splits(entk: zarr.Group) -> tuple[list[Split], Split]:
     """Each client's split and the test split, read from an entk artifact."""
+    offsets = entk["train/offsets"][:].tolist()
+    pairs = zip(offsets[:-1], offsets[1:], strict=True)
+    clients = [read_split(entk, "train", a, b) for a, b in pairs]
+    return clients, read_split(entk, "test", 0, entk["test/labels"].shape[0])
+
+
+def load_validation(entk: zarr.Group) -> Split | None:
+    """The clients' held-out samples' split (`data.validation`), None without a split."""
+    if "validation" not in entk:
+        return None
+    return read_split(entk, "validation", 0, entk["validation/labels"].shape[0])
+
+
+def read_split(entk: zarr.Group, prefix: str, start: int, stop: int) -> Split:
+    """Rows start:stop of `prefix`'s features, standardized with the artifact's statistics."""
     mean = torch.from_numpy(entk["mean"][:]).to(torch.float32)
     std = torch.from_numpy(entk["std"][:]).to(torch.float32)
-    classes = int(entk.attrs["num_classes"])
-
-    def split(prefix: str, start: int, stop: int) -> Split:
-        labels = torch.from_numpy(entk[f"{prefix}/labels"][start:stop])
-        features = standardized(entk[f"{prefix}/features"], start, stop, mean, std)
-        return Split(features, centered_one_hot(labels, classes), labels)
-
-    offsets = entk["train/offsets"][:].tolist()
-    clients = [split("train", a, b) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-    return clients, split("test", 0, entk["test/labels"].shape[0])
+    labels = torch.from_numpy(entk[f"{prefix}/labels"][start:stop])
+    features = standardized(entk[f"{prefix}/features"], start, stop, mean, std)
+    return Split(features, centered_one_hot(labels, int(entk.attrs["num_classes"])), labels)
 
 
 def fit_quality(splits: list[Split], weight: Tensor, bias: Tensor) -> tuple[float, float]:
@@ -93,14 +103,14 @@ def score_quality(scores: list[Tensor], splits: list[Split]) -> tuple[float, flo
     return correct / count, squared / (2 * count)
 
 
-def stage1_rows(bootstrap_metrics: zarr.Group) -> dict[str, list[float]]:
-    """Stage 1's per-round costs, NaN for every quality metric."""
+def stage1_rows(bootstrap_metrics: zarr.Group, names: tuple[str, ...]) -> dict[str, list[float]]:
+    """Stage 1's per-round costs, NaN for every quality metric of `names`."""
     rounds = bootstrap_metrics["wall_time"].shape[0]
     return {
         name: bootstrap_metrics[name][:].tolist()
         if name in STAGE1_COSTS and name in bootstrap_metrics
         else [math.nan] * rounds
-        for name in METRIC_NAMES
+        for name in names
     }
 
 
@@ -110,20 +120,26 @@ class History:
 
     clients: list[Split]
     test: Split
+    validation: Split | None  # with a validation split, the model is chosen by its accuracy
+    names: tuple[str, ...]  # the metrics recorded per round
     bytes_per_round: float
     normalization_bytes: float
     last: float  # when the current round's clock started
-    metrics: dict[str, list[float]] = field(
-        default_factory=lambda: {name: [] for name in METRIC_NAMES}
-    )
-    best: tuple[Tensor, Tensor] | None = None  # (W, b) of the best test accuracy so far
+    metrics: dict[str, list[float]] = field(init=False)
+    best: tuple[Tensor, Tensor] | None = None  # (W, b) of the best selection accuracy so far
     best_accuracy: float = -1.0
+
+    def __post_init__(self) -> None:
+        self.metrics = {name: [] for name in self.names}
 
     def record(
         self, round_number: int, weight: Tensor, bias: Tensor, train_scores: list[Tensor]
     ) -> None:
         train_accuracy, train_loss = score_quality(train_scores, self.clients)
         test_accuracy, test_loss = fit_quality([self.test], weight, bias)
+        val_accuracy, val_loss = math.nan, math.nan
+        if self.validation is not None:
+            val_accuracy, val_loss = fit_quality([self.validation], weight, bias)
         first = round_number == 1
         now = time.perf_counter()
         row = {
@@ -135,17 +151,20 @@ class History:
             "bytes_down": self.bytes_per_round + (self.normalization_bytes if first else 0.0),
             "comm_rounds": 2.0 if first else 1.0,
             "wall_time": now - self.last,
+            "val_accuracy": val_accuracy,
+            "val_loss": val_loss,
         }
         self.last = now
         for name, values in self.metrics.items():
             values.append(row.get(name, math.nan))
-        if test_accuracy > self.best_accuracy:
-            self.best_accuracy, self.best = test_accuracy, (weight.clone(), bias.clone())
+        chosen_by = test_accuracy if self.validation is None else val_accuracy
+        if chosen_by > self.best_accuracy:
+            self.best_accuracy, self.best = chosen_by, (weight.clone(), bias.clone())
 
 
 def _whole_run(stage1: dict[str, list[float]], history: History) -> dict[str, list[float]]:
     """The run's metrics: stage 1's rounds, then stage 2's."""
-    return {name: stage1[name] + history.metrics[name] for name in METRIC_NAMES}
+    return {name: stage1[name] + history.metrics[name] for name in history.names}
 
 
 @stage("regress")
@@ -160,6 +179,8 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     history = History(
         clients,
         test,
+        load_validation(entk),
+        (*run_metrics(ctx.spec), "train_accuracy"),
         bytes_per_round=len(clients) * (p + 1) * classes * BYTES_PER_VALUE,
         normalization_bytes=len(clients) * (entk["mean"].nbytes + entk["std"].nbytes),
         last=started - float(entk.attrs["wall_time_s"]),  # round 1 includes the extraction
@@ -172,7 +193,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
             accuracy = history.metrics["test_accuracy"][-1]
             progress.update(task, completed=round_number, note=f"acc {accuracy:.4f}")
 
-        stage1 = stage1_rows(bootstrap["metrics"])
+        stage1 = stage1_rows(bootstrap["metrics"], history.names)
         try:
             result = solve(
                 [(c.features, c.targets) for c in clients],
