@@ -415,6 +415,9 @@ class _Chunk:
     def _results(self, losses: Tensor) -> list[CohortResult | Divergence]:
         """Each client's result, or its divergence at its first non-finite loss."""
         losses = losses.double().cpu()
+        # the chunk's own tensors, contiguous (a copy when laid out otherwise): client i's
+        # parameters are views of them, no other client's
+        params = {n: p.contiguous() for n, p in self.params.items()}
         results: list[CohortResult | Divergence] = []
         for i, client in enumerate(self.clients):
             own = losses[: client.steps, i]
@@ -423,9 +426,9 @@ class _Chunk:
                 step = int(bad[0])
                 results.append(Divergence(step, float(own[step])))
                 continue
-            state = {
-                n: p[i].clone(memory_format=torch.contiguous_format) for n, p in self.params.items()
-            } | {n: b.clone() for n, b in self.buffers.items()}
+            state = {n: p[i] for n, p in params.items()} | {
+                n: b.clone() for n, b in self.buffers.items()
+            }
             state = {n: state[n] for n in self.start}
             result = CohortResult(state, LocalStats(client.steps, float(own.sum()) / client.steps))
             self.term.finish(client, result, self.settings.lr)
