@@ -22,8 +22,14 @@ from fedhet.engine.vectorized import (
     CohortClient,
     CohortDivergence,
     CohortResult,
+    LocalTerm,
     SGDSettings,
+    StackedGradients,
+    VmapGradients,
     cannot_vectorize,
+    client_inputs,
+    cohort_gradients,
+    linear_chain,
     train_cohort,
 )
 from fedhet.models import build_model
@@ -160,16 +166,16 @@ def test_one_round_agrees_with_the_sequential_path(tmp_path, algorithm, model):
     assert said == [] and executor.ran == {"vectorized"}
 
 
-def test_masks_and_chunks_give_the_prefix_schedule_bitwise(tmp_path):
+def test_chunks_give_the_whole_cohort_bitwise(tmp_path):
     engine = make_engine(ALGORITHMS["scaffold"], MODELS["mlp"], tmp_path)
     reference = vectorized(engine, round_jobs(engine))
-    for options in ({"masked": True}, {"budget": 1}):  # budget 1: one client per chunk
-        for a, b in zip(vectorized(engine, round_jobs(engine), **options), reference, strict=True):
-            assert a.stats == b.stats
-            for k in b.state:
-                assert torch.equal(a.state[k], b.state[k])
-            for k in b.upload:
-                assert torch.equal(a.upload[k], b.upload[k])
+    chunked = vectorized(engine, round_jobs(engine), budget=1)  # one client per chunk
+    for a, b in zip(chunked, reference, strict=True):
+        assert a.stats == b.stats
+        for k in b.state:
+            assert torch.equal(a.state[k], b.state[k])
+        for k in b.upload:
+            assert torch.equal(a.upload[k], b.upload[k])
 
 
 def test_divergence_names_the_first_diverged_client_and_its_step(tmp_path):
@@ -188,6 +194,45 @@ def test_divergence_names_the_first_diverged_client_and_its_step(tmp_path):
     with pytest.raises(ClientDiverged) as executed:  # the executor reports it as the sequential
         VectorizedExecutor(engine.algorithm, CPU, print).map(engine.train_client, vec_jobs)
     assert str(executed.value) == str(sequential.value)
+
+
+class Residual(torch.nn.Module):
+    """Linear layers, but not a chain: the input is added back after them."""
+
+    def __init__(self):
+        super().__init__()
+        self.flatten, self.fc = torch.nn.Flatten(), torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.flatten(x)
+        return self.fc(h) + h
+
+
+def test_linear_chains_train_stacked_any_other_model_vmapped():
+    sample = DIGITS.train_x[0]
+    mlp, cnn = make_model(MODELS["mlp"]), make_model(MODELS["cnn"])
+    layers = linear_chain(mlp, sample)
+    assert [type(m).__name__ for m in layers] == ["Flatten"] + ["Linear", "ReLU"] * 2 + ["Linear"]
+    assert linear_chain(cnn, sample) is None and linear_chain(Residual(), sample) is None
+    for model, kind in ((mlp, StackedGradients), (cnn, VmapGradients), (Residual(), VmapGradients)):
+        assert type(cohort_gradients(model, model.state_dict(), sample, LocalTerm())) is kind
+
+
+def test_a_model_that_is_not_a_chain_trains_like_one_client_at_a_time():
+    model = Residual()
+    start = {n: v.clone() for n, v in model.state_dict().items()}
+    gen = torch.Generator().manual_seed(0)
+    x, y = DIGITS.train_x[:40], torch.randint(0, 64, (40,), generator=gen)
+    clients = [client_inputs(x[:n], y[:n], 2, 8, gen) for n in (12, 20, 40)]
+    settings = SGDSettings(0.1, momentum=0.9)
+    for client, result in zip(clients, train_cohort(model, start, clients, settings), strict=True):
+        model.load_state_dict(start)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for batch in client.batches:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(client.x[batch]), client.y[batch]).backward()
+            optimizer.step()
+        assert gap(result.state, model.state_dict()) <= ATOL
 
 
 def test_batch_norm_stays_on_the_sequential_path():

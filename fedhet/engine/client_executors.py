@@ -33,7 +33,7 @@ SEQUENTIAL, VECTORIZED = "sequential", "vectorized"
 
 def auto_choice(model: nn.Module, clients_per_round: int) -> str:
     """What `runtime.clients: auto` runs: vectorized for a cohort of models without
-    convolutions (measured on CPU: an MLP's rounds 1.8x faster), sequential otherwise (grouped
+    convolutions (measured on CPU: an MLP's rounds 2.0x faster), sequential otherwise (grouped
     convolutions are no faster than one client at a time)."""
     convolutions = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
     return VECTORIZED if clients_per_round > 1 and not convolutions else SEQUENTIAL

@@ -1,16 +1,20 @@
-"""Local SGD for a cohort of clients as one batched computation (torch.func).
+"""Local SGD for a cohort of clients as one batched computation.
 
 The sequential path trains one client at a time with small batches, so per-operation overhead
 dominates the arithmetic. Here the cohort's parameters are stacked along a leading client dim
-and every local step is one `vmap(grad(...))` over the clients: client i takes its own batch
-(the indices `batch_schedule` draws from its own generator, so the steps are those of
-`local_sgd`), and the optimizer update is torch.optim.SGD's, in the same order (gradient,
-algorithm correction, weight decay, momentum, step).
+and every local step computes every active client's gradient at once: client i takes its own
+batch (the indices `batch_schedule` draws from its own generator, so the steps are those of
+`local_sgd`), and the update is torch.optim.SGD's own (`torch.optim.sgd.sgd`, the multi-tensor
+form) on the stacked parameters, in the same order (gradient, algorithm correction, weight
+decay, momentum, step).
 
+- How the gradients are computed depends on the model (`cohort_gradients`): a chain of Linear,
+  ReLU and Flatten layers (the MLP) runs as batched matmuls over the client dim with stacked
+  leaf tensors, and one backward of the sum of the clients' losses gives each client its own
+  gradient (client i's loss depends only on its weights); any other model runs
+  `vmap(grad_and_value(functional_call))` over the clients.
 - Different step counts: clients are sorted by steps (most first), so the clients still
-  training at step s are a prefix of the chunk and only that prefix is computed
-  (`masked=False`); or every client computes every step and a finished client's update is
-  masked to zero (`masked=True`). Both give the same results; the benchmark measures them.
+  training at step s are a prefix of the chunk and only that prefix is computed.
 - Ragged batches (batch_size not dividing n): batches are padded to batch_size and the loss is
   sum(loss * mask) / count over the client's own samples, the mean `F.cross_entropy` takes.
 - Memory: clients train in chunks whose size comes from a memory budget (`chunk_size`).
@@ -31,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
+from torch.optim.sgd import sgd
 
 from fedhet.engine.local import Divergence, LocalStats, batch_schedule
 from fedhet.engine.tensors import Tensors
@@ -85,7 +90,7 @@ class LocalTerm:
         return {}
 
     def loss(self, params: Tensors) -> Tensor | float:
-        """A term added to one client's data loss (`params`: that client's parameters)."""
+        """Each client's term added to its data loss, [clients] (`params`: stacked)."""
         return 0.0
 
     def correct(self, grads: Tensors, extras: Tensors) -> Tensors:
@@ -105,7 +110,7 @@ class ProximalTerm(LocalTerm):
     def loss(self, params: Tensors) -> Tensor | float:
         if self.mu == 0:
             return 0.0
-        prox = sum(((p - self.anchor[n]) ** 2).sum() for n, p in params.items())
+        prox = sum(((p - self.anchor[n]) ** 2).flatten(1).sum(1) for n, p in params.items())
         return 0.5 * self.mu * prox
 
 
@@ -158,7 +163,6 @@ def train_cohort(
     settings: SGDSettings,
     term: LocalTerm | None = None,
     budget: int = DEFAULT_BUDGET,
-    masked: bool = False,
 ) -> list[CohortResult]:
     """Local SGD of every client from the model state `start`, results in the clients' order.
 
@@ -172,12 +176,13 @@ def train_cohort(
     batch_size = max(len(b) for c in clients for b in c.batches)
     extras = sum(e.numel() for e in clients[0].extras.values())
     size = chunk_size(model, clients[0].x[0], batch_size, extras, budget)
+    gradients = cohort_gradients(model, start, clients[0].x[0], term)
     order = sorted(range(len(clients)), key=lambda i: -clients[i].steps)
     results: dict[int, CohortResult | Divergence] = {}
     for first in range(0, len(order), size):
         positions = order[first : first + size]
-        chunk = _Chunk(model, start, [clients[i] for i in positions], settings, term)
-        results.update(zip(positions, chunk.train(masked), strict=True))
+        chunk = _Chunk(model, start, [clients[i] for i in positions], settings, term, gradients)
+        results.update(zip(positions, chunk.train(), strict=True))
     for position in range(len(clients)):
         if isinstance(results[position], Divergence):
             raise CohortDivergence(position, results[position])
@@ -192,6 +197,135 @@ class CohortDivergence(Exception):
         self.position, self.divergence = position, divergence
 
 
+class Gradients:
+    """How a cohort's gradients are computed for one kind of model."""
+
+    def layout(self, name: str, stacked: Tensor) -> Tensor:
+        """A copy of the stacked parameter (or tensor alike) `name` in the memory layout the
+        gradients come in, so that the update runs over both in memory order."""
+        return stacked.clone()
+
+    def __call__(
+        self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor
+    ) -> tuple[Tensors, Tensor]:
+        """(stacked gradients, each client's loss) of the active clients' stacked `params` on
+        their batches x [clients, batch, ...], labels and mask [clients, batch], real samples
+        [clients]."""
+        raise NotImplementedError
+
+
+def cohort_gradients(
+    model: nn.Module, start: Tensors, sample: Tensor, term: LocalTerm
+) -> Gradients:
+    """The fastest exact way to compute a cohort's gradients for `model` (`sample`: one input):
+    stacked matmuls for a chain of Linear, ReLU and Flatten layers, vmap otherwise."""
+    layers = linear_chain(model, sample)
+    if layers is not None:
+        return StackedGradients(model, layers, term)
+    buffers = {n: start[n] for n, _ in model.named_buffers()}
+    return VmapGradients(model, buffers, term)
+
+
+def linear_chain(model: nn.Module, sample: Tensor) -> list[nn.Module] | None:
+    """`model`'s layers in forward order when it is a chain of Linear, ReLU and Flatten (from
+    dim 1) layers, each taking the previous one's output, that holds all its parameters;
+    None for any other model. Found by running `sample` and recording the calls."""
+    leaves = [m for m in model.modules() if not any(m.children())]
+    if not all(_stackable(m) for m in leaves):
+        return None
+    calls: list[tuple[nn.Module, tuple, object]] = []
+    handles = [
+        m.register_forward_hook(lambda m, inputs, output: calls.append((m, inputs, output)))
+        for m in leaves
+    ]
+    try:
+        with torch.no_grad():
+            previous = sample.unsqueeze(0)
+            output = model(previous)
+    finally:
+        for handle in handles:
+            handle.remove()
+    for _, inputs, out in calls:
+        if len(inputs) != 1 or inputs[0] is not previous:
+            return None
+        previous = out
+    layers = [module for module, _, _ in calls]
+    held = {id(p) for m in layers for p in m.parameters()}
+    if output is not previous or any(id(p) not in held for p in model.parameters()):
+        return None
+    return layers
+
+
+def _stackable(module: nn.Module) -> bool:
+    if isinstance(module, nn.Flatten):
+        return module.start_dim == 1 and module.end_dim == -1
+    return type(module) in (nn.Linear, nn.ReLU)
+
+
+class StackedGradients(Gradients):
+    """A chain of Linear, ReLU and Flatten layers on stacked parameters: each Linear is a
+    batched matmul over the client dim, and one backward of the sum of the clients' losses
+    gives every client the gradient of its own loss."""
+
+    def __init__(self, model: nn.Module, layers: list[nn.Module], term: LocalTerm):
+        names = {id(p): n for n, p in model.named_parameters()}
+        self.layers = [
+            (
+                type(m),
+                names.get(id(getattr(m, "weight", None))),
+                names.get(id(getattr(m, "bias", None))),
+            )
+            for m in layers
+        ]
+        self.term = term
+        self.weights = {weight for kind, weight, _ in self.layers if kind is nn.Linear}
+
+    def layout(self, name: str, stacked: Tensor) -> Tensor:
+        """Linear weights [clients, out, in] as views of [clients, in, out] tensors: the
+        layout in which the batched matmuls read them and write their gradients fastest."""
+        if name in self.weights:
+            return stacked.transpose(1, 2).contiguous().transpose(1, 2)
+        return stacked.clone()
+
+    def __call__(
+        self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor
+    ) -> tuple[Tensors, Tensor]:
+        leaves = {n: p.detach().requires_grad_() for n, p in params.items()}
+        h = x
+        for kind, weight, bias in self.layers:
+            if kind is nn.Flatten:
+                h = h.flatten(2)
+            elif kind is nn.ReLU:
+                h = torch.relu(h)
+            elif bias is None:
+                h = torch.bmm(h, leaves[weight].transpose(1, 2))
+            else:
+                h = torch.baddbmm(leaves[bias].unsqueeze(1), h, leaves[weight].transpose(1, 2))
+        losses = F.cross_entropy(h.flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+        loss = (losses * mask).sum(1) / count + self.term.loss(leaves)
+        grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
+        return dict(zip(leaves, grads, strict=True)), loss.detach()
+
+
+class VmapGradients(Gradients):
+    """Any model: `vmap(grad_and_value(...))` of one client's loss via `functional_call`."""
+
+    def __init__(self, model: nn.Module, buffers: Tensors, term: LocalTerm):
+        self.model, self.buffers, self.term = model, buffers, term
+        self.step = vmap(grad_and_value(self._loss))
+
+    def __call__(
+        self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor
+    ) -> tuple[Tensors, Tensor]:
+        return self.step(params, x, y, mask, count)
+
+    def _loss(self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor) -> Tensor:
+        logits = functional_call(self.model, (params, self.buffers), (x,))
+        losses = F.cross_entropy(logits, y, reduction="none")
+        own = {n: p.unsqueeze(0) for n, p in params.items()}  # this client as a cohort of one
+        return ((losses * mask).sum() / count + self.term.loss(own)).sum()
+
+
 class _Chunk:
     """Clients sorted by steps (most first) trained together; their batches as index tensors."""
 
@@ -202,19 +336,22 @@ class _Chunk:
         clients: list[CohortClient],
         settings: SGDSettings,
         term: LocalTerm,
+        gradients: Gradients,
     ):
-        self.model, self.start, self.clients = model, start, clients
-        self.settings, self.term = settings, term
+        self.start, self.clients = start, clients
+        self.settings, self.term, self.gradients = settings, term, gradients
         names = [n for n, _ in model.named_parameters()]
         self.buffers = {n: start[n] for n, _ in model.named_buffers()}
         count = len(clients)
-        self.params = {n: start[n].expand(count, *start[n].shape).clone() for n in names}
-        self.extras = {
-            n: torch.stack([c.extras[n] for c in clients]) for n in names if n in clients[0].extras
+        self.params = {
+            n: gradients.layout(n, start[n].expand(count, *start[n].shape)) for n in names
         }
-        self.steps = torch.tensor([c.steps for c in clients])
+        self.extras = {
+            n: gradients.layout(n, torch.stack([c.extras[n] for c in clients]))
+            for n in names
+            if n in clients[0].extras
+        }
         self._batches()
-        self.step = vmap(grad_and_value(self._loss))
 
     def _batches(self) -> None:
         """x, y: the chunk's data concatenated; index[s, i, j]: the j-th sample of client i's
@@ -224,59 +361,63 @@ class _Chunk:
         self.y = torch.cat([c.y for c in clients])
         device = self.x.device
         width = max(len(b) for c in clients for b in c.batches)
-        offsets = [0]
-        for c in clients[:-1]:
-            offsets.append(offsets[-1] + len(c.y))
         shape = (max(c.steps for c in clients), len(clients), width)
-        index = torch.zeros(shape, dtype=torch.long)
+        sizes = torch.tensor([len(c.y) for c in clients])
+        offsets = sizes.cumsum(0) - sizes
+        index = offsets.view(1, -1, 1).expand(shape).clone()
         mask = torch.zeros(shape)
-        for i, (client, offset) in enumerate(zip(clients, offsets, strict=True)):
-            index[:, i] = offset
-            for s, batch in enumerate(client.batches):
-                index[s, i, : len(batch)] = batch.cpu() + offset
-                mask[s, i, : len(batch)] = 1.0
+        # every batch's samples written at once: batch s of client i fills row s * clients + i
+        rows = [
+            (s * len(clients) + i, b)
+            for i, c in enumerate(clients)
+            for s, b in enumerate(c.batches)
+        ]
+        lengths = torch.tensor([len(b) for _, b in rows])
+        row = torch.tensor([r for r, _ in rows]).repeat_interleave(lengths)
+        first = (lengths.cumsum(0) - lengths).repeat_interleave(lengths)
+        slots = row * width + torch.arange(len(row)) - first
+        index.view(-1)[slots] = torch.cat([b for _, b in rows]).cpu() + offsets[row % len(clients)]
+        mask.view(-1)[slots] = 1.0
         self.index, self.mask = index.to(device), mask.to(device)
         self.count = self.mask.sum(-1)  # real samples per (step, client)
 
-    def _loss(self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor) -> Tensor:
-        logits = functional_call(self.model, (params, self.buffers), (x,))
-        losses = F.cross_entropy(logits, y, reduction="none")
-        return (losses * mask).sum() / count + self.term.loss(params)
-
-    def train(self, masked: bool) -> list[CohortResult | Divergence]:
+    def train(self) -> list[CohortResult | Divergence]:
         settings = self.settings
-        momentum = settings.momentum != 0
-        buffers = {n: torch.zeros_like(p) for n, p in self.params.items() if momentum}
-        total_steps = self.index.shape[0]
-        losses = torch.zeros(total_steps, len(self.clients), device=self.x.device)
-        for s in range(total_steps):
-            active = len(self.clients) if masked else int((self.steps > s).sum())
+        names = list(self.params)
+        # zero buffers: torch's first momentum step (a clone of the gradient) to the bit
+        momentum = [
+            torch.zeros_like(p) if settings.momentum else None for p in self.params.values()
+        ]
+        losses = torch.zeros(self.index.shape[0], len(self.clients), device=self.x.device)
+        for s in range(self.index.shape[0]):
+            active = sum(c.steps > s for c in self.clients)
             params = {n: p[:active] for n, p in self.params.items()}
             idx = self.index[s, :active]
-            grads, loss = self.step(
+            grads, loss = self.gradients(
                 params, self.x[idx], self.y[idx], self.mask[s, :active], self.count[s, :active]
             )
             losses[s, :active] = loss
-            extras = {n: e[:active] for n, e in self.extras.items()}
-            grads = self.term.correct(grads, extras)
-            keep = (self.steps > s).to(self.x.device) if masked else None
-            for name, p in params.items():
-                d = grads[name]
-                if settings.weight_decay != 0:
-                    d = d.add(p, alpha=settings.weight_decay)
-                if momentum:
-                    buf = buffers[name][:active].mul(settings.momentum).add_(d)
-                    buffers[name][:active] = _where(keep, buf, buffers[name][:active])
-                    d = buf
-                if keep is None:
-                    p.add_(d, alpha=-settings.lr)
-                else:
-                    p.copy_(_where(keep, p.add(d, alpha=-settings.lr), p))
+            grads = self.term.correct(grads, {n: e[:active] for n, e in self.extras.items()})
+            sgd(
+                list(params.values()),
+                [grads[n] for n in names],
+                [b if b is None else b[:active] for b in momentum],
+                foreach=True,
+                weight_decay=settings.weight_decay,
+                momentum=settings.momentum,
+                lr=settings.lr,
+                dampening=0.0,
+                nesterov=False,
+                maximize=False,
+            )
         return self._results(losses)
 
     def _results(self, losses: Tensor) -> list[CohortResult | Divergence]:
         """Each client's result, or its divergence at its first non-finite loss."""
         losses = losses.double().cpu()
+        # the chunk's own tensors, contiguous (a copy when laid out otherwise): client i's
+        # parameters are views of them, no other client's
+        params = {n: p.contiguous() for n, p in self.params.items()}
         results: list[CohortResult | Divergence] = []
         for i, client in enumerate(self.clients):
             own = losses[: client.steps, i]
@@ -285,7 +426,7 @@ class _Chunk:
                 step = int(bad[0])
                 results.append(Divergence(step, float(own[step])))
                 continue
-            state = {n: p[i].clone() for n, p in self.params.items()} | {
+            state = {n: p[i] for n, p in params.items()} | {
                 n: b.clone() for n, b in self.buffers.items()
             }
             state = {n: state[n] for n in self.start}
@@ -293,10 +434,3 @@ class _Chunk:
             self.term.finish(client, result, self.settings.lr)
             results.append(result)
         return results
-
-
-def _where(keep: Tensor | None, new: Tensor, old: Tensor) -> Tensor:
-    """`new` for the clients still training (all when `keep` is None), `old` for the rest."""
-    if keep is None:
-        return new
-    return torch.where(keep.view(-1, *[1] * (new.dim() - 1)), new, old)
