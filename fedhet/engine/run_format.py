@@ -20,6 +20,9 @@ touched since the previous one; when the chain's rows exceed twice the clients h
 delta holds every client and starts a new chain, so reads and disk stay within a small multiple
 of one full table and writes within twice the touched clients, amortized.
 
+A train artifact's `continuation/` group holds one run state with its clients' table inside
+(what a run with more rounds goes on from, see fedhet.engine.extension).
+
 Checkpoints written before the deltas (one `clients/<id>` group per client inside the
 checkpoint) and final artifacts with that layout are still read.
 """
@@ -53,6 +56,10 @@ METRICS = (
     "comm_rounds",  # server-client round trips: 1 (model exchange) + Traffic.rounds (FedTAN)
     "wall_time",
 )
+# Measured on evaluation rounds only (NaN in the rounds between)
+EVALUATION_METRICS = ("test_accuracy", "test_loss")
+# The group of a train artifact holding the state a longer run continues from
+CONTINUATION = "continuation"
 
 
 @dataclass
@@ -154,6 +161,18 @@ def read_run_state(
         best_state=tensors.load(group, "best", device) if "best" in group else None,
         best_accuracy=float(group.attrs["best_accuracy"]),
     )
+
+
+def write_continuation(group: zarr.Group, state: RunState) -> None:
+    """`state`, clients' states included, as the group `CONTINUATION` of `group`."""
+    continuation = group.create_group(CONTINUATION)
+    write_run_state(continuation, state, client_deltas=[])
+    write_client_states(continuation, state.client_states)
+
+
+def read_continuation(group: zarr.Group, device: torch.device | str) -> RunState:
+    continuation = group[CONTINUATION]
+    return read_run_state(continuation, read_client_states(continuation, device), device)
 
 
 @dataclass
