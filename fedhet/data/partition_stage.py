@@ -9,6 +9,7 @@ import numpy as np
 import zarr
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.core.store import create_array
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import Partition, make_partition
 
@@ -27,11 +28,11 @@ def save_partition(out: zarr.Group, part: Partition) -> None:
     sizes = np.array([len(i) for i in part.client_indices], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     indices = np.concatenate(part.client_indices).astype(np.int64)
-    out.create_array("indices", data=indices, chunks=(max(1, min(len(indices), 1 << 16)),))
-    out.create_array("offsets", data=offsets)
-    out.create_array("histogram", data=part.histogram.astype(np.int64))
+    create_array(out, "indices", data=indices, chunks=(max(1, min(len(indices), 1 << 16)),))
+    create_array(out, "offsets", data=offsets)
+    create_array(out, "histogram", data=part.histogram.astype(np.int64))
     if part.angles is not None:
-        out.create_array("angles", data=np.asarray(part.angles, dtype=np.float64))
+        create_array(out, "angles", data=np.asarray(part.angles, dtype=np.float64))
 
 
 def load_partition(group: zarr.Group) -> Partition:

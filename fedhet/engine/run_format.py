@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
+from fedhet.core.store import create_array, damaged_array
 from fedhet.process import interrupts
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ class RunState:
 def write_metrics(group: zarr.Group, metrics: Mapping[str, list[float]]) -> None:
     sub = group.create_group("metrics")
     for name, values in metrics.items():
-        sub.create_array(name, data=np.asarray(values, dtype=np.float64))
+        create_array(sub, name, data=np.asarray(values, dtype=np.float64))
 
 
 def read_metrics(group: zarr.Group, names: tuple[str, ...] = METRICS) -> dict[str, list[float]]:
@@ -104,12 +105,12 @@ def write_client_states(group: zarr.Group, client_states: Mapping[int, Tensors])
     """`client_states` as one stacked table in `group["clients"]` (see the module docstring)."""
     table = group.create_group("clients")
     ids = sorted(client_states)
-    table.create_array("ids", data=np.asarray(ids, dtype=np.int64))
+    create_array(table, "ids", data=np.asarray(ids, dtype=np.int64))
     for name in sorted({name for cid in ids for name in client_states[cid]}):
         holders = [cid for cid in ids if name in client_states[cid]]
         rows = [client_states[cid][name].detach().cpu().numpy() for cid in holders]
-        table.create_array(f"values/{name}", data=np.stack(rows))
-        table.create_array(f"holders/{name}", data=np.asarray(holders, dtype=np.int64))
+        create_array(table, f"values/{name}", data=np.stack(rows))
+        create_array(table, f"holders/{name}", data=np.asarray(holders, dtype=np.int64))
 
 
 def read_client_states(group: zarr.Group, device: torch.device | str = "cpu") -> dict[int, Tensors]:
@@ -188,8 +189,13 @@ class _Saved:
 class Checkpoints:
     """Run states saved in the stage's partial area; the newest complete one wins."""
 
-    def __init__(self, folder: Path, device: torch.device | str = "cpu"):
-        self.folder, self.device = folder, device
+    def __init__(
+        self,
+        folder: Path,
+        device: torch.device | str = "cpu",
+        announce: Callable[[str], None] = lambda line: None,
+    ):
+        self.folder, self.device, self.announce = folder, device, announce
         self._saved = _Saved()
 
     def path(self, round: int) -> Path:
@@ -240,10 +246,31 @@ class Checkpoints:
         return found[-1] if found else None
 
     def latest(self) -> RunState | None:
-        newest = self._newest()
-        if newest is None:
-            return None
-        group = zarr.open_group(newest, mode="r")
+        """The newest checkpoint that reads whole. A damaged one (a chunk, of it or of a delta
+        it lists, fails its checksum) is removed and skipped for the one before it, if any, and
+        said in one line to `announce`."""
+        found, state = sorted(self.folder.glob("ckpt-*.zarr")), None
+        damaged = []
+        while found and state is None:
+            path = found.pop()
+            try:
+                state = self._read(path)
+            except ValueError as error:
+                array = damaged_array(error)
+                if array is None:
+                    raise
+                damaged.append(f"{path.name} ({Path(array.store.root).name}/{array.path})")
+                shutil.rmtree(path, ignore_errors=True)
+        if damaged:
+            start = state.round if state is not None else 0
+            self.announce(
+                f"skipped the damaged checkpoint{'s' if len(damaged) > 1 else ''} "
+                f"{', '.join(damaged)}: checksum mismatch; going on from round {start}"
+            )
+        return state
+
+    def _read(self, path: Path) -> RunState:
+        group = zarr.open_group(path, mode="r")
         if "client_deltas" in group.attrs:
             deltas = [
                 zarr.open_group(self.folder / name, mode="r")
@@ -253,11 +280,13 @@ class Checkpoints:
             for delta in deltas:
                 client_states.update(read_client_states(delta, self.device))
             rows = sum(delta["clients/ids"].shape[0] for delta in deltas)
-            self._saved = _Saved(list(group.attrs["client_deltas"]), rows, dict(client_states))
+            saved = _Saved(list(group.attrs["client_deltas"]), rows, dict(client_states))
         else:  # written before the deltas: the checkpoint holds its clients; the next save all
             client_states = read_client_states(group, self.device)
-            self._saved = _Saved()
-        return read_run_state(group, client_states, self.device)
+            saved = _Saved()
+        state = read_run_state(group, client_states, self.device)
+        self._saved = saved
+        return state
 
     def latest_round(self) -> int | None:
         """Rounds completed by the newest checkpoint (None without one), without loading it."""

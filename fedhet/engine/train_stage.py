@@ -95,10 +95,13 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
             if events is not None:
                 events.write(rnd, row, learning_rates[rnd])
 
+        def say(line: str) -> None:
+            ctx.console.print(f"train {node.key[:12]}: {line}", markup=False, soft_wrap=True)
+
         engine = Engine(
             trainer,
             setup,
-            Checkpoints(partial, setup.device),
+            Checkpoints(partial, setup.device, announce=say),
             spec.runtime.checkpoint_every,
             on_round,
         )
