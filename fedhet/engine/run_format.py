@@ -20,6 +20,9 @@ touched since the previous one; when the chain's rows exceed twice the clients h
 delta holds every client and starts a new chain, so reads and disk stay within a small multiple
 of one full table and writes within twice the touched clients, amortized.
 
+Every array carries zarr's crc32c checksum (fedhet.core.store.create_array): a checkpoint whose
+arrays or listed deltas fail it is skipped for an older one, if a crash left one, else round 0.
+
 A train artifact's `continuation/` group holds one run state with its clients' table inside
 (what a run with more rounds goes on from, see fedhet.engine.extension).
 
