@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import google_crc32c
 import numpy as np
 import pytest
 import zarr
@@ -83,14 +84,16 @@ def test_usage_errors_are_one_line_with_exit_2(case: str, tmp_path: Path):
 
 @pytest.fixture(scope="module")
 def corrupt_store(fedhet: CliRunner, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(spec, store) whose stored partition has a chunk overwritten with garbage: reading it makes
-    the compression library raise, an error fedhet does not anticipate."""
+    """(spec, store) whose stored partition has a chunk overwritten with garbage under a valid
+    checksum: reading it makes the compression library raise, an error fedhet does not
+    anticipate (a checksum mismatch is one it does)."""
     root = tmp_path_factory.mktemp("corrupt")
     spec, store = write_spec(root / "tiny.yaml", TINY_SPEC), root / "store"
     assert fedhet("partition", spec, store=store).rc == 0
     (info,) = ArtifactStore(store).ls()
     (chunk,) = (info.path / "indices" / "c").iterdir()
-    chunk.write_bytes(b"not a compressed chunk")
+    garbage = b"not a compressed chunk"
+    chunk.write_bytes(garbage + np.uint32(google_crc32c.value(garbage)).tobytes())
     return spec, store
 
 
@@ -163,8 +166,7 @@ def stored_arrays(store: Path) -> dict[str, np.ndarray]:
                 walk(member, f"{prefix}{name}/")
 
     walk(zarr.open_group(info.path, mode="r"), "")
-    del arrays["metrics/wall_time"]
-    return arrays
+    return {name: values for name, values in arrays.items() if not name.endswith("wall_time")}
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from fedhet.cli.output import Column, Format, show
 from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.memory_check import require_models_fit
 from fedhet.core.spec import Spec, expand, load_spec
-from fedhet.core.store import ArtifactStore, arrays
+from fedhet.core.store import ArtifactStore, arrays, damage_named
 from fedhet.data.shapes import DATA_SHAPES
 from fedhet.process.interrupts import Interrupted
 
@@ -749,7 +749,8 @@ def main() -> None:
     _warnings_to_stderr()
     try:
         _add_method_commands()
-        code = app(args=ray_address_form(sys.argv[1:]), standalone_mode=False)
+        with damage_named():  # a damaged stored chunk: one line naming its artifact
+            code = app(args=ray_address_form(sys.argv[1:]), standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except FedhetError as exc:
         _say(f"error: {exc}")

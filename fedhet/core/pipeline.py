@@ -21,7 +21,7 @@ from fedhet.core import divergence, provenance, registry
 from fedhet.core.errors import DivergedError, release_frames
 from fedhet.core.keys import stage_key
 from fedhet.core.spec import Spec
-from fedhet.core.store import ArtifactStore
+from fedhet.core.store import ArtifactStore, damage_named
 from fedhet.process import allocator
 from fedhet.process.interrupts import Interrupted
 
@@ -203,7 +203,7 @@ def _compute_locked(node: StageNode, ctx: RunContext) -> None:
         "spec": ctx.spec.model_dump(mode="json", serialize_as_any=True),  # as run
     }
     try:
-        with store.write(node.stage, key, attrs) as out:
+        with damage_named(), store.write(node.stage, key, attrs) as out:
             runner(node.stage)(node, ctx, out, partial)
     except Interrupted as stop:
         stop.in_stage(f"{node.stage} {key[:12]}")

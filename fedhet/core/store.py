@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,13 +24,58 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from fedhet import __version__
 from fedhet.core import provenance
-from fedhet.core.errors import InputError
+from fedhet.core.errors import InputError, RunError
 from fedhet.process import interrupts, lockfile
 
 TMP_MARK = ".tmp-"
+
+
+# zarr's crc32c checksum after the default compression: a damaged chunk fails to read
+CODECS = {"compressors": (ZstdCodec(), Crc32cCodec())}
+
+
+class DamagedArtifactError(RunError):
+    """A read of a stored chunk whose checksum does not match: the stored data changed."""
+
+
+def create_array(group: zarr.Group, name: str, **options: Any) -> zarr.Array:
+    """`group.create_array(name, **options)` with the checksum: every array of the store (artifacts
+    and checkpoints) is written here. Arrays written before carry none and read as before."""
+    return group.create_array(name, **CODECS, **options)
+
+
+def damaged_array(error: BaseException) -> zarr.Array | None:
+    """The array being read when `error` was raised, when `error` is zarr's checksum mismatch
+    (raised by its Crc32cCodec, and the reading array found in the traceback); else None."""
+    if not isinstance(error, ValueError):
+        return None
+    owners = [frame.f_locals.get("self") for frame, _ in traceback.walk_tb(error.__traceback__)]
+    if not owners or not isinstance(owners[-1], Crc32cCodec):
+        return None
+    readers = [owner for owner in owners if isinstance(owner, zarr.Array)]
+    return readers[-1] if readers else None
+
+
+@contextmanager
+def damage_named() -> Iterator[None]:
+    """Turn a checksum mismatch read inside into a DamagedArtifactError naming the artifact
+    (`stage/key`) and the array."""
+    try:
+        yield
+    except ValueError as error:
+        array = damaged_array(error)
+        if array is None:
+            raise
+        where = Path(array.store.root)
+        stage, key = where.parent.name, where.name.removesuffix(".zarr")[:12]
+        raise DamagedArtifactError(
+            f"{stage}/{key}: the stored {array.path} is damaged (checksum mismatch); see "
+            f"`fedhet artifacts verify`, then `fedhet artifacts rm {key}` and recompute it"
+        ) from None
 
 
 def default_root() -> Path:
@@ -200,8 +246,9 @@ class ArtifactStore:
                 continue
             try:
                 actual = array_checksum(array)
-            except Exception as err:  # a corrupt chunk may fail to decode
-                problems.append(f"{name}: unreadable chunk ({err})")
+            except Exception as err:  # a corrupt chunk fails its checksum, or to decode
+                damage = "checksum mismatch" if damaged_array(err) else f"unreadable chunk ({err})"
+                problems.append(f"{name}: {damage}")
                 continue
             if actual != expected[name]:
                 problems.append(f"{name}: checksum mismatch (stored data changed)")

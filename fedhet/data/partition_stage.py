@@ -11,6 +11,7 @@ import numpy as np
 import zarr
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.core.store import create_array
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import Partition, make_partition
 from fedhet.data.validation import hold_out
@@ -29,9 +30,9 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
 
 def save_partition(out: zarr.Group, part: Partition) -> None:
     _save_lists(out, "", part.client_indices)
-    out.create_array("histogram", data=part.histogram.astype(np.int64))
+    create_array(out, "histogram", data=part.histogram.astype(np.int64))
     if part.angles is not None:
-        out.create_array("angles", data=np.asarray(part.angles, dtype=np.float64))
+        create_array(out, "angles", data=np.asarray(part.angles, dtype=np.float64))
     if part.validation_indices is not None:
         _save_lists(out, "validation/", part.validation_indices)
 
@@ -42,8 +43,8 @@ def _save_lists(out: zarr.Group, prefix: str, lists: list[np.ndarray]) -> None:
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     indices = np.concatenate(lists).astype(np.int64)
     chunk = max(1, min(len(indices), 1 << 16))
-    out.create_array(f"{prefix}indices", data=indices, chunks=(chunk,))
-    out.create_array(f"{prefix}offsets", data=offsets)
+    create_array(out, f"{prefix}indices", data=indices, chunks=(chunk,))
+    create_array(out, f"{prefix}offsets", data=offsets)
 
 
 def _load_lists(group: zarr.Group) -> list[np.ndarray]:

@@ -65,6 +65,17 @@ class MethodConfig(AlgorithmSpec):
         """The learning rate of each round of the run's stored metrics."""
         return [round_lr(spec.federation, r) for r in range(spec.federation.rounds)]
 
+    def extendable(self, spec: Spec, rounds: int) -> bool:
+        """Whether the first `rounds` rounds of a run of `spec` are the run of `spec` stopped
+        after `rounds` rounds: then a stored shorter run is continued instead of recomputed
+        (fedhet.engine.extension). True when nothing in a round depends on the run's total
+        rounds; this checks the learning rates, and a method whose rounds depend on the total
+        in another way says so here."""
+        shorter = spec.model_copy(
+            update={"federation": spec.federation.model_copy(update={"rounds": rounds})}
+        )
+        return self.learning_rates(shorter) == self.learning_rates(spec)[:rounds]
+
     def score_artifact(
         self, ctx: RunContext, node: StageNode, artifact: zarr.Group, model: ModelChoice
     ) -> Scores | None:

@@ -14,6 +14,7 @@ from fedhet.core.errors import DivergedError
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.engine import tensors
 from fedhet.engine.executor import ClientExecutor, SequentialExecutor
+from fedhet.engine.extension import continuation
 from fedhet.engine.local import Divergence
 from fedhet.engine.run_format import Checkpoints, RunState
 from fedhet.engine.schedule import round_lr
@@ -87,16 +88,22 @@ class Engine:
         self.model = algorithm.build_model().to(setup.device)
         self.weights_all = np.asarray(setup.sizes, dtype=np.float64) / sum(setup.sizes)
         self.holders = setup.holders  # only clients holding samples are ever sampled
+        self.continuation: RunState | None = None  # set by `run`: what a longer run goes on from
 
-    def initial_state(self) -> RunState:
+    def initial_state(self, start: RunState | None = None) -> RunState:
+        """The latest checkpoint or `start` (a stored shorter run's continuation), whichever is
+        further along, else round 0."""
         resumed = self.checkpoints.latest()
+        if start is not None and (resumed is None or start.round > resumed.round):
+            return start
         if resumed is not None:
             return resumed
         global_state = tensors.clone(self.model.state_dict())
         return RunState(0, global_state, self.algorithm.init_server_state(global_state), {})
 
     def run(self, state: RunState | None = None) -> RunState:
-        """Train from `state` (default: the latest checkpoint, or the start) to the last round."""
+        """Train from `state` (default: the latest checkpoint, or the start) to the last round;
+        `self.continuation` is then the state a longer run has after this run's rounds."""
         state = state or self.initial_state()
         rounds = self.spec.federation.rounds
         before = state.snapshot()
@@ -111,6 +118,7 @@ class Engine:
             self.checkpoints.keep(before)
             stop.where = f"at round {before.round + 1} of {rounds}"
             raise
+        self.continuation = continuation(state, before, self.spec.eval.every)
         return state
 
     def make_jobs(self, rnd: int, state: RunState, sampled: list[int]) -> list[ClientJob]:

@@ -20,6 +20,12 @@ touched since the previous one; when the chain's rows exceed twice the clients h
 delta holds every client and starts a new chain, so reads and disk stay within a small multiple
 of one full table and writes within twice the touched clients, amortized.
 
+Every array carries zarr's crc32c checksum (fedhet.core.store.create_array): a checkpoint whose
+arrays or listed deltas fail it is skipped for an older one, if a crash left one, else round 0.
+
+A train artifact's `continuation/` group holds one run state with its clients' table inside
+(what a run with more rounds goes on from, see fedhet.engine.extension).
+
 Checkpoints written before the deltas (one `clients/<id>` group per client inside the
 checkpoint) and final artifacts with that layout are still read.
 """
@@ -36,6 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
+from fedhet.core.store import create_array, damaged_array
 from fedhet.process import interrupts
 
 if TYPE_CHECKING:
@@ -54,6 +61,10 @@ METRICS = (
     "comm_rounds",  # server-client round trips: 1 (model exchange) + Traffic.rounds (FedTAN)
     "wall_time",
 )
+# Measured on evaluation rounds only (NaN in the rounds between)
+EVALUATION_METRICS = ("test_accuracy", "test_loss")
+# The group of a train artifact holding the state a longer run continues from
+CONTINUATION = "continuation"
 # with a validation split (`data.validation`), per evaluated round; NaN in the others
 VALIDATION_METRICS = ("val_accuracy", "val_loss")
 
@@ -91,7 +102,7 @@ class RunState:
 def write_metrics(group: zarr.Group, metrics: Mapping[str, list[float]]) -> None:
     sub = group.create_group("metrics")
     for name, values in metrics.items():
-        sub.create_array(name, data=np.asarray(values, dtype=np.float64))
+        create_array(sub, name, data=np.asarray(values, dtype=np.float64))
 
 
 def read_metrics(group: zarr.Group) -> dict[str, list[float]]:
@@ -108,12 +119,12 @@ def write_client_states(group: zarr.Group, client_states: Mapping[int, Tensors])
     """`client_states` as one stacked table in `group["clients"]` (see the module docstring)."""
     table = group.create_group("clients")
     ids = sorted(client_states)
-    table.create_array("ids", data=np.asarray(ids, dtype=np.int64))
+    create_array(table, "ids", data=np.asarray(ids, dtype=np.int64))
     for name in sorted({name for cid in ids for name in client_states[cid]}):
         holders = [cid for cid in ids if name in client_states[cid]]
         rows = [client_states[cid][name].detach().cpu().numpy() for cid in holders]
-        table.create_array(f"values/{name}", data=np.stack(rows))
-        table.create_array(f"holders/{name}", data=np.asarray(holders, dtype=np.int64))
+        create_array(table, f"values/{name}", data=np.stack(rows))
+        create_array(table, f"holders/{name}", data=np.asarray(holders, dtype=np.int64))
 
 
 def read_client_states(group: zarr.Group, device: torch.device | str = "cpu") -> dict[int, Tensors]:
@@ -167,6 +178,18 @@ def read_run_state(
     )
 
 
+def write_continuation(group: zarr.Group, state: RunState) -> None:
+    """`state`, clients' states included, as the group `CONTINUATION` of `group`."""
+    continuation = group.create_group(CONTINUATION)
+    write_run_state(continuation, state, client_deltas=[])
+    write_client_states(continuation, state.client_states)
+
+
+def read_continuation(group: zarr.Group, device: torch.device | str) -> RunState:
+    continuation = group[CONTINUATION]
+    return read_run_state(continuation, read_client_states(continuation, device), device)
+
+
 @dataclass
 class _Saved:
     """What the newest checkpoint holds of the clients: its delta chain, the rows in it, and
@@ -180,8 +203,13 @@ class _Saved:
 class Checkpoints:
     """Run states saved in the stage's partial area; the newest complete one wins."""
 
-    def __init__(self, folder: Path, device: torch.device | str = "cpu"):
-        self.folder, self.device = folder, device
+    def __init__(
+        self,
+        folder: Path,
+        device: torch.device | str = "cpu",
+        announce: Callable[[str], None] = lambda line: None,
+    ):
+        self.folder, self.device, self.announce = folder, device, announce
         self._saved = _Saved()
 
     def path(self, round: int) -> Path:
@@ -232,10 +260,31 @@ class Checkpoints:
         return found[-1] if found else None
 
     def latest(self) -> RunState | None:
-        newest = self._newest()
-        if newest is None:
-            return None
-        group = zarr.open_group(newest, mode="r")
+        """The newest checkpoint that reads whole. A damaged one (a chunk, of it or of a delta
+        it lists, fails its checksum) is removed and skipped for the one before it, if any, and
+        said in one line to `announce`."""
+        found, state = sorted(self.folder.glob("ckpt-*.zarr")), None
+        damaged = []
+        while found and state is None:
+            path = found.pop()
+            try:
+                state = self._read(path)
+            except ValueError as error:
+                array = damaged_array(error)
+                if array is None:
+                    raise
+                damaged.append(f"{path.name} ({Path(array.store.root).name}/{array.path})")
+                shutil.rmtree(path, ignore_errors=True)
+        if damaged:
+            start = state.round if state is not None else 0
+            self.announce(
+                f"skipped the damaged checkpoint{'s' if len(damaged) > 1 else ''} "
+                f"{', '.join(damaged)}: checksum mismatch; going on from round {start}"
+            )
+        return state
+
+    def _read(self, path: Path) -> RunState:
+        group = zarr.open_group(path, mode="r")
         if "client_deltas" in group.attrs:
             deltas = [
                 zarr.open_group(self.folder / name, mode="r")
@@ -245,11 +294,13 @@ class Checkpoints:
             for delta in deltas:
                 client_states.update(read_client_states(delta, self.device))
             rows = sum(delta["clients/ids"].shape[0] for delta in deltas)
-            self._saved = _Saved(list(group.attrs["client_deltas"]), rows, dict(client_states))
+            saved = _Saved(list(group.attrs["client_deltas"]), rows, dict(client_states))
         else:  # written before the deltas: the checkpoint holds its clients; the next save all
             client_states = read_client_states(group, self.device)
-            self._saved = _Saved()
-        return read_run_state(group, client_states, self.device)
+            saved = _Saved()
+        state = read_run_state(group, client_states, self.device)
+        self._saved = saved
+        return state
 
     def latest_round(self) -> int | None:
         """Rounds completed by the newest checkpoint (None without one), without loading it."""

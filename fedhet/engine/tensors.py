@@ -8,6 +8,8 @@ import numpy as np
 import torch
 import zarr
 
+from fedhet.core.store import create_array
+
 Tensors = dict[str, torch.Tensor]
 
 
@@ -55,7 +57,7 @@ def all_finite(tensors: Mapping[str, torch.Tensor]) -> bool:
 def save(group: zarr.Group, name: str, tensors: Mapping[str, torch.Tensor]) -> None:
     sub = group.create_group(name)
     for key, value in tensors.items():
-        sub.create_array(key, data=value.detach().cpu().numpy())
+        create_array(sub, key, data=value.detach().cpu().numpy())
 
 
 def load(group: zarr.Group, name: str, device: torch.device | str = "cpu") -> Tensors:

@@ -3,7 +3,9 @@
 The artifact holds per-round metrics (`metrics/*`), the final and best global models
 (`model/final/*`, `model/best/*`), for algorithms with personalized models (FedBN, SiloBN) the
 clients' own entries (`model/clients/`, one table stacked over the clients, see
-fedhet.engine.run_format), and a summary in its attributes.
+fedhet.engine.run_format), the state a run with more rounds continues from (`continuation/`,
+fedhet.engine.extension), and a summary in its attributes (`extends`: the stored shorter run it
+continued, if any).
 Its node and key are planned by fedhet.engine.train_plan.
 """
 
@@ -18,8 +20,16 @@ from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.data.partition import empty_clients_note
 from fedhet.engine import tensorboard, tensors
 from fedhet.engine.client_executors import client_executor, executor_name
+from fedhet.engine.extension import stored_prefix
 from fedhet.engine.loop import Engine
-from fedhet.engine.run_format import Checkpoints, write_client_states, write_metrics
+from fedhet.engine.run_format import (
+    Checkpoints,
+    RunState,
+    read_continuation,
+    write_client_states,
+    write_continuation,
+    write_metrics,
+)
 from fedhet.engine.setup import build_setup
 from fedhet.metrics.summary import summarize
 
@@ -29,6 +39,26 @@ def resume_point(node: StageNode, partial: Path) -> str | None:
     done = Checkpoints(partial).latest_round()
     rounds = node.config["federation"]["rounds"]
     return None if done is None else f"from round {done + 1} of {rounds}"
+
+
+def start(node: StageNode, ctx: RunContext, engine: Engine, out: zarr.Group) -> RunState:
+    """The state the run starts from: its latest checkpoint, or the continuation of a stored
+    shorter run of the same config when that is further along (announced, and recorded in
+    `out`), else round 0."""
+    extension = stored_prefix(node, ctx.spec, ctx.store)
+    if extension is None:
+        return engine.initial_state()
+    stored = read_continuation(ctx.store.open(node.stage, extension.key), engine.setup.device)
+    state = engine.initial_state(stored)
+    if state is stored:
+        ctx.console.print(
+            f"train {node.key[:12]}: {extension.describe()} (the stored run of the same config "
+            f"with {extension.rounds} rounds)",
+            markup=False,
+            soft_wrap=True,
+        )
+        out.attrs["extends"] = {"key": extension.key, "rounds": extension.rounds}
+    return state
 
 
 @stage("train", progress=resume_point)
@@ -66,6 +96,9 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
             if events is not None:
                 events.write(rnd, row, learning_rates[rnd])
 
+        def say(line: str) -> None:
+            ctx.console.print(f"train {node.key[:12]}: {line}", markup=False, soft_wrap=True)
+
         executor = client_executor(
             spec.runtime.clients,
             trainer,
@@ -75,12 +108,12 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         engine = Engine(
             trainer,
             setup,
-            Checkpoints(partial, setup.device),
+            Checkpoints(partial, setup.device, announce=say),
             spec.runtime.checkpoint_every,
             on_round,
             executor,
         )
-        state = engine.initial_state()
+        state = start(node, ctx, engine, out)
         progress.update(task, completed=state.round)
         events = tensorboard.live_writer(ctx, state.round)
         try:
@@ -90,6 +123,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
                 events.close()
     out.attrs["environment"] = {"clients": executor_name(executor)}  # completed by the store
     write_metrics(out, state.metrics)
+    write_continuation(out, engine.continuation)
     model = out.create_group("model")
     tensors.save(model, "final", state.global_state)
     tensors.save(model, "best", state.best_state or state.global_state)

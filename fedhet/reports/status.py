@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedhet.core.pipeline import StageNode
+from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactInfo, ArtifactStore
+from fedhet.engine.extension import Extension, stored_prefix
 from fedhet.engine.run_format import Checkpoints
 from fedhet.execution.planning import Run
 from fedhet.execution.results import result_row, stored_metrics
@@ -25,13 +27,16 @@ _FEDERATION_SIZES = ("clients_per_round", "fraction", "local_epochs", "local_ste
 class StageState:
     node: StageNode
     state: str
-    done: int | None = None  # rounds completed by a partial stage's checkpoint
+    done: int | None = None  # rounds completed: a partial stage's checkpoint, or the run it extends
     total: int | None = None  # the stage's rounds, for stages that run in rounds
+    extends: Extension | None = None  # the stored shorter run a missing train stage continues
 
     @property
     def description(self) -> str:
         if self.state == PARTIAL and self.done is not None:
             return f"partial (round {self.done} of {self.total or '?'})"
+        if self.extends is not None:
+            return f"{self.state} ({self.extends.describe()})"
         return self.state
 
 
@@ -40,13 +45,16 @@ def _rounds(config: dict[str, Any]) -> int | None:
     return federation.get("rounds") if isinstance(federation, dict) else None
 
 
-def stage_state(node: StageNode, store: ArtifactStore) -> StageState:
+def stage_state(node: StageNode, store: ArtifactStore, spec: Spec) -> StageState:
+    """The state of `node` (of a run of `spec`) in `store`."""
     total = _rounds(node.config)
     if store.exists(node.stage, node.key):
         return StageState(node, STORED, total, total)
     partial = store.partial_dir(node.stage, node.key)
     if not partial.exists():
-        return StageState(node, MISSING, None, total)
+        extends = stored_prefix(node, node.spec or spec, store)
+        done = None if extends is None else extends.rounds
+        return StageState(node, MISSING, done, total, extends)
     done = Checkpoints(partial).latest_round()
     return StageState(node, PARTIAL, done, total)
 
@@ -139,7 +147,7 @@ def plan_rows(runs: list[Run], store: ArtifactStore) -> tuple[list[dict[str, Any
             if node.key in seen:
                 continue
             seen.add(node.key)
-            state = stage_state(node, store)
+            state = stage_state(node, store, run.spec)
             left = estimator.seconds_left(state)
             rows.append(
                 {
@@ -172,7 +180,7 @@ def _summary(rows: list[dict[str, Any]]) -> str:
 
 def run_row(run: Run, store: ArtifactStore) -> dict[str, Any]:
     """A run's results as far as the store has them."""
-    state = stage_state(run.node, store)
+    state = stage_state(run.node, store, run.spec)
     row: dict[str, Any] = {
         "label": run.label,
         "algorithm": run.algorithm_label,

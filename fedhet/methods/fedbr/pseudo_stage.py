@@ -19,6 +19,7 @@ import zarr
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec
+from fedhet.core.store import create_array
 from fedhet.data.datasets import load_dataset
 from fedhet.engine.setup import build_setup
 from fedhet.methods.fedbr.pseudo import draw, uniform_labels
@@ -54,10 +55,10 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         ds.shape,
         round_generator(config["seed"], 0),
     )
-    out.create_array("x", data=means.x.numpy().astype(np.float32))
-    out.create_array("y", data=uniform_labels(len(means.x), ds.num_classes).numpy())
-    out.create_array("source", data=means.source.numpy().astype(np.int64))
-    out.create_array("members", data=means.members.numpy().astype(np.int64))
+    create_array(out, "x", data=means.x.numpy().astype(np.float32))
+    create_array(out, "y", data=uniform_labels(len(means.x), ds.num_classes).numpy())
+    create_array(out, "source", data=means.source.numpy().astype(np.int64))
+    create_array(out, "members", data=means.members.numpy().astype(np.int64))
 
 
 def load_pseudo(group: zarr.Group) -> tuple[torch.Tensor, torch.Tensor]:

@@ -60,6 +60,12 @@ class FedImproConfig(MethodConfig):
         0.1, gt=0, description="cap on the sampling std (the authors' code: 0.1); null: none"
     )
 
+    def extendable(self, spec, rounds: int) -> bool:
+        """The ramp as a fraction of the run (`ramp`, without `ramp_rounds`) depends on the
+        run's total rounds."""
+        ramp_fixed = self.ramp_rounds is not None or self.ramp == 0 or self.weight == 0
+        return ramp_fixed and super().extendable(spec, rounds)
+
     def check(self, spec) -> None:
         super().check(spec)
         resolve_split(spec.model.split_points(), self.split)

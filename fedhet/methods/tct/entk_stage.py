@@ -29,6 +29,7 @@ from fedhet.core.errors import RunError
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.rng import derive_seed
 from fedhet.core.spec import Spec
+from fedhet.core.store import create_array
 from fedhet.engine import tensors
 from fedhet.engine.progress import stage_progress
 from fedhet.engine.setup import TrainSetup, build_setup
@@ -61,7 +62,8 @@ class FeatureWriter:
         self, group: zarr.Group, name: str, rows: int, config: EntkSpec, p: int, moments: bool
     ):
         self.dtype = DTYPES[config.dtype]
-        self.array = group.create_array(
+        self.array = create_array(
+            group,
             name,
             shape=(rows, p),
             chunks=(min(config.chunk, max(rows, 1)), p),
@@ -88,7 +90,7 @@ class FeatureWriter:
 
 def _write_labels(group: zarr.Group, name: str, labels: list[Tensor]) -> None:
     values = torch.cat(labels).cpu().numpy().astype(np.int64)
-    group.create_array(name, data=values)
+    create_array(group, name, data=values)
 
 
 def normalization_summary(moments: FeatureMoments, floor: float = 1e-6) -> dict[str, float | int]:
@@ -132,11 +134,13 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
                 progress.advance(task, len(block))
 
     _write_labels(out, "train/labels", [c.y for c in setup.clients])
-    out.create_array("train/offsets", data=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+    create_array(
+        out, "train/offsets", data=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    )
     _write_labels(out, "test/labels", [ds.test_y])
-    out.create_array("mask", data=coords.numpy().astype(np.int64))
-    out.create_array("mean", data=train.moments.mean.numpy())
-    out.create_array("std", data=train.moments.std().numpy())
+    create_array(out, "mask", data=coords.numpy().astype(np.int64))
+    create_array(out, "mean", data=train.moments.mean.numpy())
+    create_array(out, "std", data=train.moments.std().numpy())
     out.attrs.update(
         {
             "num_classes": ds.num_classes,

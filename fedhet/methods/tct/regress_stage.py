@@ -38,6 +38,7 @@ from torch import Tensor
 
 from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.core.store import create_array
 from fedhet.engine import tensorboard
 from fedhet.engine.progress import stage_progress
 from fedhet.engine.run_format import run_metrics, write_metrics
@@ -209,11 +210,11 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
             raise DivergedError(str(error), rounds, _whole_run(stage1, history)) from None
     metrics = _whole_run(stage1, history)
     write_metrics(out, metrics)
-    out.create_array("linear/weight", data=result.weight.numpy())
-    out.create_array("linear/bias", data=result.bias.numpy())
+    create_array(out, "linear/weight", data=result.weight.numpy())
+    create_array(out, "linear/bias", data=result.bias.numpy())
     best_weight, best_bias = history.best or (result.weight, result.bias)
-    out.create_array("linear/best/weight", data=best_weight.numpy())
-    out.create_array("linear/best/bias", data=best_bias.numpy())
+    create_array(out, "linear/best/weight", data=best_weight.numpy())
+    create_array(out, "linear/best/bias", data=best_bias.numpy())
     events = tensorboard.live_writer(ctx, first_round=0)
     if events is not None:
         rates = ctx.spec.algorithm.learning_rates(ctx.spec)

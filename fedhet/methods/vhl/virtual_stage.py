@@ -18,6 +18,7 @@ import zarr
 from pydantic import TypeAdapter
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.core.store import create_array
 from fedhet.methods.vhl.config import GeneratorSpec
 from fedhet.methods.vhl.generators import generate
 
@@ -35,8 +36,8 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         **generator.options(),
     )
     chunks = (generator.per_class, *images.shape[1:])  # one chunk per class
-    out.create_array("images", data=images.numpy(), chunks=chunks)
-    out.create_array("labels", data=labels.numpy().astype(np.int64))
+    create_array(out, "images", data=images.numpy(), chunks=chunks)
+    create_array(out, "labels", data=labels.numpy().astype(np.int64))
 
 
 def load_virtual(group: zarr.Group) -> tuple[torch.Tensor, torch.Tensor]:

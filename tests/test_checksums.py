@@ -1,0 +1,152 @@
+"""Verified reads (issue 24): every stored array carries zarr's crc32c checksum, so a flipped
+byte fails the read instead of printing a wrong number; a damaged checkpoint is skipped."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from conftest import TINY_SPEC, write_spec
+from rich.console import Console
+from zarr.codecs import Crc32cCodec
+
+from fedhet.core.pipeline import RunContext, ensure
+from fedhet.core.spec import load_spec
+from fedhet.core.store import ArtifactStore, arrays
+from fedhet.engine.run_format import read_metrics
+from fedhet.execution.planning import runs_of
+from fedhet.process.interrupts import Interrupted
+
+ROUNDS = 6
+SPEC = {
+    **TINY_SPEC,
+    "partition": {"scheme": "dirichlet", "clients": 6, "alpha": 0.5},
+    "federation": {"rounds": ROUNDS, "clients_per_round": 3, "batch_size": 32, "lr": 0.05},
+    "algorithm": {"name": "scaffold"},  # clients' states: checkpoints with deltas
+    "runtime": {"threads": 1, "progress": False, "device": "cpu", "checkpoint_every": 1},
+}
+
+
+def flip_a_byte(array_folder: Path) -> None:
+    chunk = next(p for p in sorted((array_folder / "c").rglob("*")) if p.is_file())
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    chunk.write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="module")
+def trained(fedhet, tmp_path_factory) -> tuple[Path, Path, str]:
+    """(spec, store, train key) of a stored run."""
+    root = tmp_path_factory.mktemp("checksums")
+    spec, store = write_spec(root / "run.yaml", SPEC), root / "store"
+    assert fedhet("train", spec, store=store).rc == 0
+    (run,) = runs_of(load_spec(spec))
+    return spec, store, run.node.key
+
+
+def test_every_stored_array_carries_the_checksum(trained):
+    _, store, key = trained
+    stored = ArtifactStore(store)
+    for info in stored.ls():
+        found = dict(arrays(stored.open(info.stage, info.key)))
+        assert found, info.stage
+        for name, array in found.items():
+            assert isinstance(array.metadata.codecs[-1], Crc32cCodec), f"{info.stage}/{name}"
+    assert any(name.startswith("continuation/") for name, _ in arrays(stored.open("train", key)))
+
+
+def test_arrays_written_without_the_checksum_read_as_before(tmp_path):
+    group = zarr.open_group(tmp_path / "old.zarr", mode="w")
+    metrics = group.create_group("metrics")
+    metrics.create_array("test_accuracy", data=np.array([0.5, 0.25]))
+    assert read_metrics(group, ("test_accuracy",)) == {"test_accuracy": [0.5, 0.25]}
+
+
+def damaged_store(trained, tmp_path, array: str) -> Path:
+    """A copy of the trained store with a byte flipped in the run's `array`."""
+    _, store, key = trained
+    damaged = tmp_path / "store"
+    shutil.copytree(store, damaged)
+    flip_a_byte(damaged / "train" / f"{key}.zarr" / array)
+    return damaged
+
+
+@pytest.mark.parametrize(
+    ("command", "array"),
+    [
+        (["export"], "metrics/test_accuracy"),
+        (["report", "--out", "reports"], "metrics/test_accuracy"),
+        (["eval"], "model/final/head.weight"),  # what eval reads
+    ],
+)
+def test_a_damaged_chunk_fails_the_command_in_one_line(fedhet, trained, tmp_path, command, array):
+    spec, _, key = trained
+    damaged = damaged_store(trained, tmp_path, array)
+    result = fedhet(command[0], spec, *command[1:], store=damaged)
+    assert result.rc == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == (
+        f"error: train/{key[:12]}: the stored {array} is damaged (checksum mismatch); see "
+        f"`fedhet artifacts verify`, then `fedhet artifacts rm {key[:12]}` and recompute it"
+    )
+    assert not any(line.startswith("error") for line in lines[:-1])
+
+
+def test_verify_names_the_damaged_array(fedhet, trained, tmp_path):
+    _, _, key = trained
+    damaged = damaged_store(trained, tmp_path, "metrics/test_accuracy")
+    result = fedhet("artifacts", "verify", store=damaged)
+    assert result.rc == 1
+    assert f"train/{key[:12]}: CORRUPT: metrics/test_accuracy: checksum mismatch" in result.stdout
+
+
+class StopAfter:
+    """A progress sink that interrupts the run, as SIGINT would, once `rounds` are done."""
+
+    def __init__(self, rounds: int):
+        self.rounds = rounds
+
+    def __call__(self, key: str, done: int, total: int, accuracy: float) -> None:
+        if done == self.rounds:
+            raise Interrupted(signal.SIGINT)
+
+
+@pytest.mark.parametrize("target", ["global", "delta"])
+def test_a_damaged_newest_checkpoint_is_skipped_and_the_run_still_equals_the_uninterrupted(
+    fedhet, trained, tmp_path, target
+):
+    spec_path, reference_store, key = trained
+    (run,) = runs_of(load_spec(spec_path))
+    store = ArtifactStore(tmp_path / "store")
+    context = RunContext(run.spec, store, Console(stderr=True, quiet=True), progress=StopAfter(4))
+    with pytest.raises(Interrupted):
+        ensure(run.node, context)
+    partial = store.partial_dir("train", key)
+    (checkpoint,) = partial.glob("ckpt-*.zarr")
+    assert zarr.open_group(checkpoint, mode="r").attrs["round"] == 3
+    if target == "global":
+        flip_a_byte(next(p for p in sorted((checkpoint / "global").iterdir()) if p.is_dir()))
+    else:
+        delta = sorted(partial.glob("clients-*.zarr"))[-1]
+        flip_a_byte(next((delta / "clients" / "values").iterdir()))
+
+    result = fedhet("train", spec_path, store=store.root)
+    assert result.rc == 0, result.stderr
+    skipped = [line for line in result.stderr.splitlines() if "damaged" in line]
+    assert len(skipped) == 1
+    assert skipped[0].startswith(
+        f"train {key[:12]}: skipped the damaged checkpoint {checkpoint.name}"
+    )
+    assert skipped[0].endswith("checksum mismatch; going on from round 0")
+    ours = store.open("train", key)
+    reference = ArtifactStore(reference_store).open("train", key)
+    expected = {n: np.asarray(a[...]) for n, a in arrays(reference) if "wall_time" not in n}
+    found = {n: np.asarray(a[...]) for n, a in arrays(ours) if "wall_time" not in n}
+    assert found.keys() == expected.keys()
+    for name, values in expected.items():
+        assert found[name].tobytes() == values.tobytes(), name
