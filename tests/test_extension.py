@@ -43,13 +43,19 @@ def stored_arrays(group: zarr.Group) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize(
-    ("algorithm", "model"),
-    [({"name": "fedavg"}, None), ({"name": "scaffold"}, None), ({"name": "fedbn"}, BN_MLP)],
+    ("algorithm", "model", "data"),
+    [
+        ({"name": "fedavg"}, None, None),
+        ({"name": "scaffold"}, None, None),
+        ({"name": "fedbn"}, BN_MLP, None),
+        ({"name": "fedavg"}, None, {"dataset": "digits", "validation": 0.2}),  # best by val
+    ],
 )
 def test_more_rounds_extend_a_stored_run_to_the_run_from_scratch(
-    tmp_path, fedhet, algorithm, model
+    tmp_path, fedhet, algorithm, model, data
 ):
-    spec = spec_file(tmp_path, algorithm, **({"model": model} if model else {}))
+    sections = {"model": model} if model else {}
+    spec = spec_file(tmp_path, algorithm, **sections, **({"data": data} if data else {}))
     extended, scratch = tmp_path / "extended", tmp_path / "scratch"
     assert fedhet("train", spec, "--store", extended).rc == 0
     short_key, key = train_key(spec), train_key(spec, "federation.rounds=7")
