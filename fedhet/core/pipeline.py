@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import import_module
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -110,6 +112,7 @@ def stage(
 
 
 def _announce(node: StageNode, partial: Path) -> str:
+    load_stages()
     probe = PROGRESS.get(node.stage)
     resumed = probe(node, partial) if probe is not None and partial.exists() else None
     if resumed is None:
@@ -117,9 +120,22 @@ def _announce(node: StageNode, partial: Path) -> str:
     return f"resuming {node.stage} {node.key[:12]} {resumed}"
 
 
-def runner(name: str) -> StageRunner:
-    """The function that computes stage `name` (the plug-ins' stages register when loaded)."""
+# fedhet's own stages, imported (and so registered) on first use, as a plug-in's are: planning
+# a run imports none of them (nor torch).
+BUILTIN_STAGES = ("fedhet.data.partition_stage", "fedhet.engine.train_stage")
+
+
+@cache
+def load_stages() -> None:
+    """Import every stage module, fedhet's and the plug-ins', so that their stages register."""
+    for module in BUILTIN_STAGES:
+        import_module(module)
     registry.load_stages()
+
+
+def runner(name: str) -> StageRunner:
+    """The function that computes stage `name`."""
+    load_stages()
     return STAGES[name]
 
 
