@@ -1,5 +1,6 @@
-"""A command's result rows as a table for people (fitting the terminal: labels wrap, numbers never
-do), or as markdown, CSV or JSON for other programs.
+"""A command's result rows as a table for people (fitting the terminal: labels wrap between words,
+the leftmost first kept whole where the width allows; numbers never wrap), or as markdown, CSV or
+JSON for other programs.
 
 Tables and markdown show formatted cells (accuracies in %, times in seconds); CSV and JSON keep the
 raw values under the columns' keys (accuracies as fractions, NaN as empty/null).
@@ -75,10 +76,12 @@ def render(
     columns: Sequence[Column],
     fmt: Format,
     title: str | None = None,
+    width: int = 80,
 ) -> str | Table:
-    """A rich Table for `table` (print it on a console), text for the other formats."""
+    """A rich Table for `table` (print it on a console `width` wide), text for the other
+    formats."""
     if fmt is Format.table:
-        return _table(rows, columns, title)
+        return _table(rows, columns, title, width)
     if fmt is Format.markdown:
         return _markdown(rows, columns, title)
     if fmt is Format.csv:
@@ -100,7 +103,7 @@ def show(
     title: str | None = None,
 ) -> None:
     """Print the rows; text formats go out unwrapped (a pipe gets them verbatim)."""
-    rendered = render(rows, columns, fmt, title)
+    rendered = render(rows, columns, fmt, title, console.width)
     if isinstance(rendered, Table):
         console.print(rendered)
     else:
@@ -108,15 +111,32 @@ def show(
         console.file.flush()
 
 
-def _table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None) -> Table:
+# A table's width besides its cells': each column's border and padding, and the right edge.
+_PER_COLUMN, _EDGE = 3, 1
+# What a text column keeps when the words of the columns before it took the width.
+_NARROWEST = 4
+
+
+def _table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None, width: int
+) -> Table:
+    cells = [[cell(row.get(c.key), c.kind) for c in columns] for row in rows]
+    widest = [max([len(c.header), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     table = Table(title=title, title_justify="left")
-    for col in columns:
+    left = width - _EDGE - _PER_COLUMN * len(columns)
+    left -= sum(w for w, c in zip(widest, columns, strict=True) if c.numeric)
+    texts_after = sum(not c.numeric for c in columns)
+    for i, col in enumerate(columns):
         if col.numeric:
             table.add_column(col.header, justify="right", no_wrap=True)
-        else:
-            table.add_column(col.header, overflow="fold")
-    for row in rows:
-        table.add_row(*(cell(row.get(c.key), c.kind) for c in columns))
+            continue
+        texts_after -= 1
+        word = max(len(w) for text in [col.header, *(r[i] for r in cells)] for w in text.split())
+        whole = word <= left - _NARROWEST * texts_after  # its words whole, leftmost columns first
+        table.add_column(col.header, overflow="fold", min_width=word if whole else None)
+        left -= word if whole else _NARROWEST
+    for row in cells:
+        table.add_row(*row)
     return table
 
 

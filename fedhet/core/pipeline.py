@@ -170,6 +170,7 @@ def compute(node: StageNode, ctx: RunContext, wait: bool) -> str:
         style = "" if note else "dim"  # a reuse across environments stands out
         ctx.console.print(line, style=style, markup=False, soft_wrap=True)
         return REUSED
+    _raise_recorded_divergence(node, ctx)
     lease = store.lock(node.stage, key) if wait else store.try_lock(node.stage, key)
     if lease is None:
         return BUSY
@@ -185,6 +186,22 @@ def compute(node: StageNode, ctx: RunContext, wait: bool) -> str:
             )
         _compute_locked(node, ctx)
     return COMPUTED
+
+
+def _raise_recorded_divergence(node: StageNode, ctx: RunContext) -> None:
+    """A node that diverged when it last ran has that divergence as its result: raise it again
+    (announced in one line) rather than compute it again; `fedhet train --retry-diverged`
+    forgets it first."""
+    diverged = divergence.recorded(ctx.store.partial_dir(node.stage, node.key))
+    if diverged is None:
+        return
+    ctx.console.print(
+        f"{node.stage} {node.key[:12]}: diverged in round {diverged.round_number} when last "
+        "run (recorded; --retry-diverged computes it again)",
+        markup=False,
+        soft_wrap=True,
+    )
+    raise diverged
 
 
 def _compute_locked(node: StageNode, ctx: RunContext) -> None:
