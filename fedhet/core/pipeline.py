@@ -7,6 +7,7 @@ reuses every artifact already in the store.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -18,7 +19,7 @@ import zarr
 from rich.console import Console
 
 from fedhet.core import divergence, provenance, registry
-from fedhet.core.errors import DivergedError, release_frames
+from fedhet.core.errors import DivergedError, RunError, release_frames
 from fedhet.core.keys import stage_key
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
@@ -229,3 +230,19 @@ def _compute_locked(node: StageNode, ctx: RunContext) -> None:
         divergence.record(partial, error)
         release_frames(error)
         raise
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        raise _disk_full(node, ctx, partial) from None
+
+
+def _disk_full(node: StageNode, ctx: RunContext, partial: Path) -> RunError:
+    """The device filled up while the node wrote its checkpoint or artifact (whose temporary the
+    writer removed): what to do, and where the same command will go on from."""
+    probe = PROGRESS.get(node.stage)
+    resumed = probe(node, partial) if probe is not None and partial.exists() else None
+    where = f"resumes {resumed}, its last checkpoint" if resumed else "starts again (no checkpoint)"
+    return RunError(
+        f"{node.stage} {node.key[:12]}: no space left on the device of {ctx.store.root}; free "
+        f"some space and run the same command: the run {where}"
+    )
