@@ -582,6 +582,10 @@ def export(
 
     if out_file is not None:
         exporting.check_out(out_file)
+    elif fmt == "parquet" and sys.stdout.isatty():
+        raise InputError(
+            "--format parquet is binary, not for a terminal: give --out FILE or pipe the output"
+        )
     if tensorboard is not None:
         check_folder(tensorboard, "--tensorboard")
     stored = exporting.collect(_stored_runs(path, spec, st, train), st, train)
