@@ -111,33 +111,47 @@ def show(
         console.file.flush()
 
 
-# A table's width besides its cells': each column's border and padding, and the right edge.
-_PER_COLUMN, _EDGE = 3, 1
-# What a text column keeps when the words of the columns before it took the width.
-_NARROWEST = 4
+# A table's width besides its cells': each column's border and padding, and the right edge;
+# a compact table (no outer border, no padding at its edges) saves _COMPACT of it.
+_PER_COLUMN, _EDGE, _COMPACT = 3, 1, 4
 
 
 def _table(
     rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None, width: int
 ) -> Table:
     cells = [[cell(row.get(c.key), c.kind) for c in columns] for row in rows]
-    widest = [max([len(c.header), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-    table = Table(title=title, title_justify="left")
-    left = width - _EDGE - _PER_COLUMN * len(columns)
-    left -= sum(w for w, c in zip(widest, columns, strict=True) if c.numeric)
-    texts_after = sum(not c.numeric for c in columns)
+    texts = [[col.header, *(r[i] for r in cells)] for i, col in enumerate(columns)]
+    natural = [max(map(len, column)) for column in texts]
+    budget = width - _EDGE - _PER_COLUMN * len(columns)
+    budget -= sum(w for w, c in zip(natural, columns, strict=True) if c.numeric)
+    wrapping = [i for i, c in enumerate(columns) if not c.numeric]
+    words = [max(len(w) for text in texts[i] for w in text.split()) for i in wrapping]
+    fitted = _fit([natural[i] for i in wrapping], words, budget)
+    compact = fitted is None
+    if compact:  # the words fit in the space of the outer border and padding, or not at all
+        fitted = _fit([natural[i] for i in wrapping], words, budget + _COMPACT)
+    widths = dict(zip(wrapping, fitted, strict=True)) if fitted else {}
+    table = Table(title=title, title_justify="left", show_edge=not compact, pad_edge=not compact)
     for i, col in enumerate(columns):
         if col.numeric:
             table.add_column(col.header, justify="right", no_wrap=True)
-            continue
-        texts_after -= 1
-        word = max(len(w) for text in [col.header, *(r[i] for r in cells)] for w in text.split())
-        whole = word <= left - _NARROWEST * texts_after  # its words whole, leftmost columns first
-        table.add_column(col.header, overflow="fold", min_width=word if whole else None)
-        left -= word if whole else _NARROWEST
+        else:  # folds mid-word only when the words themselves cannot fit
+            table.add_column(col.header, overflow="fold", width=widths.get(i))
     for row in cells:
         table.add_row(*row)
     return table
+
+
+def _fit(natural: list[int], words: list[int], budget: int) -> list[int] | None:
+    """Widths of the text columns within `budget`, narrowing the widest first but none below
+    its longest word; None when their words alone do not fit."""
+    widths = list(natural)
+    while sum(widths) > budget:
+        narrowable = [i for i, w in enumerate(widths) if w > words[i]]
+        if not narrowable:
+            return None
+        widths[max(narrowable, key=widths.__getitem__)] -= 1
+    return widths
 
 
 def _markdown(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None) -> str:
