@@ -402,8 +402,8 @@ def runs(
     fmt: FormatOpt = Format.table,
     store: StoreOpt = None,
 ) -> None:
-    """Every run of the spec with what the store holds of it: state, best and final accuracy,
-    rounds done and training time."""
+    """Every run of the spec with what the store holds of it: state (stored, diverged, partial,
+    missing), best and final accuracy, rounds done and training time."""
     spec = _load(path, overrides=overrides)
     from fedhet.execution.planning import runs_of
     from fedhet.reports.status import run_row
@@ -475,7 +475,8 @@ def evaluate(
     train: TrainOpt = False,
 ) -> None:
     """Global, per-class and per-client accuracy of each run's final (or best) model, whatever
-    the method (TCT: its stage-2 linear model on the eNTK features)."""
+    the method (TCT: its stage-2 linear model on the eNTK features). A run that diverged is
+    marked so, with no scores."""
     spec, st = _load(path, data_root, overrides), ArtifactStore(store)
     from fedhet.execution.results import outcome
     from fedhet.reports.evaluation import evaluate_outcome
