@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow
 import pyarrow.csv
 import pyarrow.parquet
 import pytest
-from conftest import TINY_SPEC, write_spec
+from conftest import REPO, TINY_SPEC, cli_env, write_spec
 
 from fedhet.core.spec import load_spec
 from fedhet.core.store import ArtifactStore
@@ -103,3 +108,36 @@ def test_bad_input_exits_2_in_one_line_writing_nothing(fedhet, trained, tmp_path
     assert result.rc == 2
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")
     assert result.stdout == "" and sorted(tmp_path.rglob("*")) == before
+
+
+def _export_parquet(spec: Path, store: Path, stdout: int) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "fedhet", "export", spec, "--format", "parquet"]
+    return subprocess.run(
+        [*map(str, command), "--store", str(store)],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+        cwd=REPO,
+        timeout=180,
+    )
+
+
+def test_parquet_is_refused_on_a_terminal_and_written_to_a_pipe(trained):
+    spec, store = trained
+    terminal, screen = pty.openpty()
+    try:
+        refused = _export_parquet(spec, store, screen)
+        os.set_blocking(terminal, False)
+        try:
+            shown = os.read(terminal, 1 << 16)
+        except BlockingIOError:
+            shown = b""
+    finally:
+        os.close(terminal)
+        os.close(screen)
+    stderr = refused.stderr.decode()
+    assert refused.returncode == 2 and shown == b""
+    assert len(stderr.splitlines()) == 1 and "--out" in stderr and "Traceback" not in stderr
+    piped = _export_parquet(spec, store, subprocess.PIPE)
+    assert piped.returncode == 0 and piped.stdout[:4] == b"PAR1"
+    assert len(pyarrow.parquet.read_table(pyarrow.BufferReader(piped.stdout))) == 2 * 3

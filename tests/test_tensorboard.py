@@ -14,6 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fedhet.core.spec import load_spec
 from fedhet.core.store import ArtifactStore
+from fedhet.engine.tensorboard import RUN, run_folder
 from fedhet.execution.planning import runs_of
 
 RUNTIME = {"threads": 1, "progress": False, "device": "cpu"}
@@ -63,8 +64,8 @@ def check_live_equals_export(fedhet, spec: Path, store: Path, live: Path, tmp: P
     assert fedhet("export", spec, "--tensorboard", exported, "--store", store).rc == 0
     found = []
     for run in runs_of(load_spec(spec)):
-        written = scalars(exported / run.label)
-        assert scalars(live / run.label) == written
+        written = scalars(run_folder(exported, run.label))
+        assert scalars(run_folder(live, run.label)) == written
         metrics = ArtifactStore(store).open(run.node.stage, run.node.key)["metrics"]
         for name, array in metrics.arrays():
             expected = [(r + 1, v) for r, v in enumerate(array[:]) if not math.isnan(v)]
@@ -89,7 +90,8 @@ def test_tct_events_cover_both_stages_with_their_learning_rates(fedhet, tmp_path
     (written,) = check_live_equals_export(fedhet, spec, store, live, tmp_path)
     np.testing.assert_allclose([v for _, v in written["learning_rate"]], [0.05] * 2 + [1e-3] * 2)
     assert [step for step, _ in written["test_accuracy"]] == [3, 4]  # stage 2 only
-    assert not (live / f"{runs_of(load_spec(spec))[0].label} (train)").exists()
+    (run,) = runs_of(load_spec(spec))
+    assert [folder.name for folder in live.iterdir()] == [run_folder(live, run.label).name]
 
 
 def test_an_unwritable_tensorboard_folder_exits_2_before_training(fedhet, tmp_path):
@@ -105,3 +107,24 @@ def test_an_unwritable_tensorboard_folder_exits_2_before_training(fedhet, tmp_pa
 @pytest.fixture(autouse=True)
 def _quiet_tensorboard_logs(caplog):
     caplog.set_level("ERROR", logger="tensorboard")
+
+
+def test_run_folders_are_safe_names_and_the_events_hold_the_label(fedhet, tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", {**MATRIX, "runtime": RUNTIME})
+    assert fedhet("train", spec, "--store", tmp_path / "store").rc == 0
+    exported = fedhet(
+        "export", spec, "--tensorboard", tmp_path / "tb", "--store", tmp_path / "store"
+    )
+    assert exported.rc == 0, exported.stderr
+    runs = runs_of(load_spec(spec))
+    folders = sorted(p.name for p in (tmp_path / "tb").iterdir())
+    assert [run.label for run in runs] == [
+        "fedavg, alpha=0.5, seed 3",
+        "scaffold, alpha=0.5, seed 3",
+    ]
+    assert folders == ["fedavg_alpha=0.5_seed_3", "scaffold_alpha=0.5_seed_3"]
+    for run in runs:
+        events = EventAccumulator(str(run_folder(tmp_path / "tb", run.label)))
+        events.Reload()
+        (label,) = events.Tensors(f"{RUN}/text_summary")
+        assert label.tensor_proto.string_val == [run.label.encode()]

@@ -298,13 +298,21 @@ def train(
     jobs: JobsOpt = None,
     ray: RayOpt = False,
     ray_address: RayAddressOpt = None,
+    retry_diverged: Annotated[
+        bool,
+        typer.Option(
+            "--retry-diverged",
+            help="compute again the runs whose divergence is recorded (default: report it)",
+        ),
+    ] = False,
 ) -> None:
     """Run the missing stages of every run (resuming from checkpoints) and print the results.
 
     With --jobs or --ray, every stage of every run is scheduled as soon as what it needs is
     stored; other `fedhet train` processes on the same store share the work. A failing run does
     not stop the others; the command then exits 1 naming it (a diverged run's final accuracy
-    reads "diverged k/n": in round k of n)."""
+    reads "diverged k/n": in round k of n). A divergence is recorded: the next `train` reports
+    it without computing the run again, unless --retry-diverged."""
     spec = _load(path, data_root, overrides)
     from fedhet.cli.sweep_view import SweepView
     from fedhet.execution.planning import runs_of
@@ -316,7 +324,7 @@ def train(
     st = ArtifactStore(store)
     runs = runs_of(spec)
     live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
-    options = Options(jobs, ray_address or ("local" if ray else None))
+    options = Options(jobs, ray_address or ("local" if ray else None), retry_diverged)
     rows, failures = train_runs(runs, st, options, SweepView(runs, st, err, live))
     columns = [c for c in RESULT_COLUMNS if any(c.key in r for r in rows)]
     show(out, rows, columns, fmt, title=path.stem)
@@ -387,13 +395,14 @@ def runs(
         str | None, typer.Option(help="only runs of this algorithm (its label, e.g. fedavg)")
     ] = None,
     state: Annotated[
-        str | None, typer.Option(help="only runs in this state: stored | partial | missing")
+        str | None,
+        typer.Option(help="only runs in this state: stored | diverged | partial | missing"),
     ] = None,
     fmt: FormatOpt = Format.table,
     store: StoreOpt = None,
 ) -> None:
-    """Every run of the spec with what the store holds of it: state, best and final accuracy,
-    rounds done and training time."""
+    """Every run of the spec with what the store holds of it: state (stored, diverged, partial,
+    missing), best and final accuracy, rounds done and training time."""
     spec = _load(path, overrides=overrides)
     from fedhet.execution.planning import runs_of
     from fedhet.reports.status import run_row
@@ -468,22 +477,27 @@ def evaluate(
     train: TrainOpt = False,
 ) -> None:
     """Global, per-class and per-client accuracy of each run's final (or best) model, whatever
-    the method (TCT: its stage-2 linear model on the eNTK features)."""
+    the method (TCT: its stage-2 linear model on the eNTK features). A run that diverged is
+    marked so, with no scores."""
     spec, st = _load(path, data_root, overrides), ArtifactStore(store)
-    from fedhet.execution.results import result
-    from fedhet.reports.evaluation import evaluate_run
+    from fedhet.execution.results import outcome
+    from fedhet.reports.evaluation import evaluate_outcome
 
     runs = _stored_runs(path, spec, st, train, overrides)
-    reports = [evaluate_run(run, result(run, st, train), st, cgv=cgv, model=model) for run in runs]
+    reports = [
+        evaluate_outcome(run, outcome(run, st, train), st, cgv=cgv, model=model) for run in runs
+    ]
     if as_json or fmt is Format.json:  # the reports as they are, lists and all
         print(json.dumps(reports, indent=2))
         return
-    rows = [_eval_row(report, readable=fmt is not Format.csv) for report in reports]
+    readable = fmt is not Format.csv
+    rows = [_eval_row(report, readable) for report in reports]
     lists = EVAL_COLUMNS[-2:]  # too wide for a terminal's table: listed under it instead
-    columns = [*EVAL_COLUMNS[:-2], *(CGV_COLUMNS if cgv else []), *lists]
+    diverged = [] if readable else [Column("diverged", "diverged", "number")]
+    columns = [*EVAL_COLUMNS[:-2], *diverged, *(CGV_COLUMNS if cgv else []), *lists]
     show(out, rows, columns[: -len(lists)] if fmt is Format.table else columns, fmt, path.stem)
     if fmt is Format.table:
-        for row in rows:
+        for row in (row for row in rows if row["diverged"] is None):  # a diverged run: no lists
             out.print(f"{row['algorithm']}, {row['setting']}, seed {row['seed']}", markup=False)
             for column in lists:
                 out.print(f"  {column.header}: {row[column.key]}", markup=False)
@@ -493,11 +507,13 @@ def _eval_row(report: dict, readable: bool) -> dict:
     """A report as one row: the per-class and per-client accuracies each as one cell, the client
     gradient variance's parts as numbers (none for a model that is no network, like TCT's)."""
 
-    def joined(values: list[float]) -> str:
-        return " ".join(f"{v:.3f}" if readable else repr(v) for v in values)
+    def joined(values: list[float] | None) -> str:
+        return " ".join(f"{v:.3f}" if readable else repr(v) for v in values or ())
 
     variance = {f"cgv_{part}": value for part, value in (report.get("cgv") or {}).items()}
     per = {"per_class": joined(report["per_class"]), "per_client": joined(report["per_client"])}
+    if readable and report["diverged"] is not None:  # a person reads it where the accuracy goes
+        per["accuracy"] = f"diverged in round {report['diverged']}"
     return {**report, **per, **variance}
 
 
@@ -569,6 +585,10 @@ def export(
 
     if out_file is not None:
         exporting.check_out(out_file)
+    elif fmt == "parquet" and sys.stdout.isatty():
+        raise InputError(
+            "--format parquet is binary, not for a terminal: give --out FILE or pipe the output"
+        )
     if tensorboard is not None:
         check_folder(tensorboard, "--tensorboard")
     stored = exporting.collect(_stored_runs(path, spec, st, train, overrides), st, train)

@@ -1,5 +1,6 @@
-"""A command's result rows as a table for people (fitting the terminal: labels wrap, numbers never
-do), or as markdown, CSV or JSON for other programs.
+"""A command's result rows as a table for people (fitting the terminal: labels wrap between words,
+the leftmost first kept whole where the width allows; numbers never wrap), or as markdown, CSV or
+JSON for other programs.
 
 Tables and markdown show formatted cells (accuracies in %, times in seconds); CSV and JSON keep the
 raw values under the columns' keys (accuracies as fractions, NaN as empty/null).
@@ -75,10 +76,12 @@ def render(
     columns: Sequence[Column],
     fmt: Format,
     title: str | None = None,
+    width: int = 80,
 ) -> str | Table:
-    """A rich Table for `table` (print it on a console), text for the other formats."""
+    """A rich Table for `table` (print it on a console `width` wide), text for the other
+    formats."""
     if fmt is Format.table:
-        return _table(rows, columns, title)
+        return _table(rows, columns, title, width)
     if fmt is Format.markdown:
         return _markdown(rows, columns, title)
     if fmt is Format.csv:
@@ -100,7 +103,7 @@ def show(
     title: str | None = None,
 ) -> None:
     """Print the rows; text formats go out unwrapped (a pipe gets them verbatim)."""
-    rendered = render(rows, columns, fmt, title)
+    rendered = render(rows, columns, fmt, title, console.width)
     if isinstance(rendered, Table):
         console.print(rendered)
     else:
@@ -108,16 +111,47 @@ def show(
         console.file.flush()
 
 
-def _table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in columns:
+# A table's width besides its cells': each column's border and padding, and the right edge;
+# a compact table (no outer border, no padding at its edges) saves _COMPACT of it.
+_PER_COLUMN, _EDGE, _COMPACT = 3, 1, 4
+
+
+def _table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None, width: int
+) -> Table:
+    cells = [[cell(row.get(c.key), c.kind) for c in columns] for row in rows]
+    texts = [[col.header, *(r[i] for r in cells)] for i, col in enumerate(columns)]
+    natural = [max(map(len, column)) for column in texts]
+    budget = width - _EDGE - _PER_COLUMN * len(columns)
+    budget -= sum(w for w, c in zip(natural, columns, strict=True) if c.numeric)
+    wrapping = [i for i, c in enumerate(columns) if not c.numeric]
+    words = [max(len(w) for text in texts[i] for w in text.split()) for i in wrapping]
+    fitted = _fit([natural[i] for i in wrapping], words, budget)
+    compact = fitted is None
+    if compact:  # the words fit in the space of the outer border and padding, or not at all
+        fitted = _fit([natural[i] for i in wrapping], words, budget + _COMPACT)
+    widths = dict(zip(wrapping, fitted, strict=True)) if fitted else {}
+    table = Table(title=title, title_justify="left", show_edge=not compact, pad_edge=not compact)
+    for i, col in enumerate(columns):
         if col.numeric:
             table.add_column(col.header, justify="right", no_wrap=True)
-        else:
-            table.add_column(col.header, overflow="fold")
-    for row in rows:
-        table.add_row(*(cell(row.get(c.key), c.kind) for c in columns))
+        else:  # folds mid-word only when the words themselves cannot fit
+            table.add_column(col.header, overflow="fold", width=widths.get(i))
+    for row in cells:
+        table.add_row(*row)
     return table
+
+
+def _fit(natural: list[int], words: list[int], budget: int) -> list[int] | None:
+    """Widths of the text columns within `budget`, narrowing the widest first but none below
+    its longest word; None when their words alone do not fit."""
+    widths = list(natural)
+    while sum(widths) > budget:
+        narrowable = [i for i, w in enumerate(widths) if w > words[i]]
+        if not narrowable:
+            return None
+        widths[max(narrowable, key=widths.__getitem__)] -= 1
+    return widths
 
 
 def _markdown(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None) -> str:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import PROGRESS
 from fedhet.core.store import ArtifactStore
 from fedhet.execution import scheduler
@@ -43,6 +44,13 @@ class Rounds:
 def _duration(seconds: float) -> str:
     minutes, seconds = divmod(round(seconds), 60)
     return f"{minutes}:{seconds:02d}"
+
+
+def _reason(error: BaseException) -> str:
+    """Why a node failed, in short: the command's last line gives the error itself, once."""
+    if isinstance(error, DivergedError):
+        return f"diverged in round {error.round_number}"
+    return type(error).__name__
 
 
 class SweepView(AbstractContextManager):
@@ -82,7 +90,7 @@ class SweepView(AbstractContextManager):
     def _log(self, node: NodeState) -> None:
         task = node.task
         name = task.labels.get(task.key) or task.key[:12]
-        error = f": {node.error}" if node.error is not None else ""
+        error = f": {_reason(node.error)}" if node.error is not None else ""
         retry = f" (attempt {node.attempts + 1})" if node.state == scheduler.QUEUED else ""
         self.console.print(
             f"{task.node.stage} {task.key[:12]} {name}: {node.state}{retry}{error}",

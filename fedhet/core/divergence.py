@@ -26,3 +26,9 @@ def recorded(partial: Path) -> DivergedError | None:
         return None
     content = json.loads(marker.read_text())
     return DivergedError(content["message"], content["round"], content["metrics"])
+
+
+def forget(partial: Path) -> None:
+    """Drop the divergence recorded in `partial` (if any): the stage is computed again, from its
+    last checkpoint, the next time it is needed."""
+    (partial / MARKER).unlink(missing_ok=True)

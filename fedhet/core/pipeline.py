@@ -7,6 +7,7 @@ reuses every artifact already in the store.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -18,7 +19,7 @@ import zarr
 from rich.console import Console
 
 from fedhet.core import divergence, provenance, registry
-from fedhet.core.errors import DivergedError, release_frames
+from fedhet.core.errors import DivergedError, RunError, release_frames
 from fedhet.core.keys import stage_key
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore, damage_named
@@ -170,6 +171,7 @@ def compute(node: StageNode, ctx: RunContext, wait: bool) -> str:
         style = "" if note else "dim"  # a reuse across environments stands out
         ctx.console.print(line, style=style, markup=False, soft_wrap=True)
         return REUSED
+    _raise_recorded_divergence(node, ctx)
     lease = store.lock(node.stage, key) if wait else store.try_lock(node.stage, key)
     if lease is None:
         return BUSY
@@ -185,6 +187,22 @@ def compute(node: StageNode, ctx: RunContext, wait: bool) -> str:
             )
         _compute_locked(node, ctx)
     return COMPUTED
+
+
+def _raise_recorded_divergence(node: StageNode, ctx: RunContext) -> None:
+    """A node that diverged when it last ran has that divergence as its result: raise it again
+    (announced in one line) rather than compute it again; `fedhet train --retry-diverged`
+    forgets it first."""
+    diverged = divergence.recorded(ctx.store.partial_dir(node.stage, node.key))
+    if diverged is None:
+        return
+    ctx.console.print(
+        f"{node.stage} {node.key[:12]}: diverged in round {diverged.round_number} when last "
+        "run (recorded; --retry-diverged computes it again)",
+        markup=False,
+        soft_wrap=True,
+    )
+    raise diverged
 
 
 def _compute_locked(node: StageNode, ctx: RunContext) -> None:
@@ -212,3 +230,19 @@ def _compute_locked(node: StageNode, ctx: RunContext) -> None:
         divergence.record(partial, error)
         release_frames(error)
         raise
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        raise _disk_full(node, ctx, partial) from None
+
+
+def _disk_full(node: StageNode, ctx: RunContext, partial: Path) -> RunError:
+    """The device filled up while the node wrote its checkpoint or artifact (whose temporary the
+    writer removed): what to do, and where the same command will go on from."""
+    probe = PROGRESS.get(node.stage)
+    resumed = probe(node, partial) if probe is not None and partial.exists() else None
+    where = f"resumes {resumed}, its last checkpoint" if resumed else "starts again (no checkpoint)"
+    return RunError(
+        f"{node.stage} {node.key[:12]}: no space left on the device of {ctx.store.root}; free "
+        f"some space and run the same command: the run {where}"
+    )

@@ -240,8 +240,11 @@ class Checkpoints:
 
     def _publish(self, final: Path, write: Callable[[zarr.Group], None]) -> None:
         tmp = self.folder / f".tmp-{final.name}"
-        write(zarr.open_group(tmp, mode="w"))
-        tmp.rename(final)
+        try:
+            write(zarr.open_group(tmp, mode="w"))
+            tmp.rename(final)
+        finally:  # a write that failed (a full disk) leaves no half-written checkpoint
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def _remove_all_but(self, final: Path) -> None:
         """Older checkpoints, the deltas the newest does not list, and leftovers of a crash."""

@@ -1,4 +1,4 @@
-"""TensorBoard events of runs' per-round metrics, one event folder per run named by its label.
+"""TensorBoard events of runs' per-round metrics, one event folder per run named after its label.
 
 Two writers share this module: a stage computing a run's final artifact writes each round as it
 trains (`runtime.tensorboard`), and `fedhet export --tensorboard` writes stored runs, so the
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -22,6 +23,7 @@ from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext
 
 LEARNING_RATE = "learning_rate"
+RUN = "run"  # the text holding the run's label
 
 
 def check_folder(folder: str | Path, field: str) -> Path:
@@ -39,8 +41,11 @@ def check_folder(folder: str | Path, field: str) -> Path:
 
 
 def run_folder(root: Path, label: str) -> Path:
-    """The event folder of the run labelled `label` (a path separator in a label becomes _)."""
-    return root / label.replace("/", "_").replace(os.sep, "_")
+    """The event folder of the run labelled `label`, named safely for a shell and a URL: each
+    run of characters other than letters, digits and `.=+@-` becomes one `_`
+    (`fedavg, alpha=0.1, seed 0` -> `fedavg_alpha=0.1_seed_0`). The label itself is written
+    in the events as the text `run`."""
+    return root / (re.sub(r"[^\w.=+@-]+", "_", label).strip("_") or "_")
 
 
 class RoundWriter:
@@ -50,6 +55,7 @@ class RoundWriter:
         from torch.utils.tensorboard import SummaryWriter  # imports TensorBoard: only when used
 
         self.events = SummaryWriter(str(run_folder(root, label)), purge_step=first_round + 1)
+        self.events.add_text(RUN, label, 0)  # step 0: never purged, the same on each resume
 
     def write(self, round_index: int, row: Mapping[str, float], learning_rate: float) -> None:
         for name, value in {**row, LEARNING_RATE: learning_rate}.items():
@@ -60,7 +66,8 @@ class RoundWriter:
         self, metrics: Mapping[str, Sequence[float]], learning_rates: Sequence[float]
     ) -> None:
         """Every round of a finished run: its stored metrics and each round's learning rate."""
-        for index, rate in enumerate(learning_rates):
+        rounds = len(next(iter(metrics.values()), []))  # fewer for a run that diverged
+        for index, rate in enumerate(learning_rates[:rounds]):
             self.write(index, {name: values[index] for name, values in metrics.items()}, rate)
 
     def close(self) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import zarr
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.data.partition import empty_clients_note
@@ -22,6 +21,7 @@ from fedhet.engine import tensorboard, tensors
 from fedhet.engine.client_executors import client_executor, executor_name
 from fedhet.engine.extension import stored_prefix
 from fedhet.engine.loop import Engine
+from fedhet.engine.progress import stage_progress
 from fedhet.engine.run_format import (
     Checkpoints,
     RunState,
@@ -73,25 +73,16 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
             setup.extras[role] = ctx.upstream(node, role)
     trainer = spec.algorithm.trainer_class()(spec.algorithm, setup)
     rounds = spec.federation.rounds
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("round {task.completed}/{task.total}"),
-        TextColumn("{task.fields[acc]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=ctx.console,
-        disable=not spec.runtime.progress,
-        transient=True,
-    ) as progress:
+    with stage_progress(ctx.console, spec.runtime.progress, "round") as progress:
         label = ctx.labels.get(node.key) or f"{spec.name}: {spec.algorithm.name}"
-        task = progress.add_task(label, total=rounds, acc="")
+        task = progress.add_task(label, total=rounds, note="")
         learning_rates = spec.algorithm.learning_rates(spec)
         events: tensorboard.RoundWriter | None = None  # opened once the first round is known
 
         def on_round(rnd: int, row: dict[str, float]) -> None:
             acc = row["test_accuracy"]
-            progress.update(task, completed=rnd + 1, acc="" if acc != acc else f"acc {acc:.4f}")
+            note = ("" if acc != acc else f"acc {acc:.4f} ") + f"loss {row['train_loss']:.4f}"
+            progress.update(task, completed=rnd + 1, note=note)
             ctx.report(node, rnd + 1, rounds, acc)
             if events is not None:
                 events.write(rnd, row, learning_rates[rnd])

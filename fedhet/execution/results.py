@@ -4,6 +4,7 @@ summarized as one row."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import zarr
@@ -35,6 +36,31 @@ def result(run: Run, store: ArtifactStore, train: bool) -> zarr.Group:
         if diverged is not None:
             raise diverged
     return store.open(run.node.stage, run.node.key)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run came to: its final artifact, or the divergence that ended it."""
+
+    group: zarr.Group | None
+    diverged: DivergedError | None = None
+
+    @property
+    def metrics(self) -> dict[str, list[float]]:
+        """Its per-round metrics (a diverged run's: the rounds before its divergence)."""
+        return self.diverged.metrics if self.diverged is not None else stored_metrics(self.group)
+
+    @property
+    def diverged_round(self) -> int | None:
+        return None if self.diverged is None else self.diverged.round_number
+
+
+def outcome(run: Run, store: ArtifactStore, train: bool) -> Outcome:
+    """The run's `result`, a divergence included."""
+    try:
+        return Outcome(result(run, store, train))
+    except DivergedError as error:
+        return Outcome(None, error)
 
 
 def stored_divergence(run: Run, store: ArtifactStore) -> DivergedError | None:

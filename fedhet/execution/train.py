@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fedhet.core import divergence
 from fedhet.core.errors import DivergedError, FedhetError, RunError
 from fedhet.core.pipeline import ProgressSink
 from fedhet.core.store import ArtifactStore
@@ -23,6 +24,7 @@ Rows = list[dict[str, Any]]
 class Options:
     jobs: int | None = None  # local worker processes
     ray: str | None = None  # "local" (a Ray started here) or a cluster's address
+    retry_diverged: bool = False  # compute again the nodes whose divergence is recorded
 
     @property
     def in_order(self) -> bool:
@@ -41,10 +43,18 @@ def train(
 ) -> tuple[Rows, list[FedhetError]]:
     """Compute what every run is missing; a row per run (a failed run's says how it failed)
     and the failures, in run order. The view shows a sweep; runs trained in order (no jobs,
-    no Ray) print their own progress."""
+    no Ray) print their own progress. A node that diverged when it last ran fails with that
+    divergence unless `options.retry_diverged`."""
+    if options.retry_diverged:
+        _forget_divergences(runs, store)
     if options.in_order:
         return _in_order(runs, store)
     return _sweep(runs, store, options, view)
+
+
+def _forget_divergences(runs: list[Run], store: ArtifactStore) -> None:
+    for node in {node.key: node for run in runs for node in run.node.walk()}.values():
+        divergence.forget(store.partial_dir(node.stage, node.key))
 
 
 def _in_order(runs: list[Run], store: ArtifactStore) -> tuple[Rows, list[FedhetError]]:

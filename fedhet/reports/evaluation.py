@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from fedhet.engine.loop import evaluate
 from fedhet.engine.run_format import read_client_states
 from fedhet.engine.setup import build_setup
 from fedhet.execution.planning import Run
+from fedhet.execution.results import Outcome
 from fedhet.metrics.accuracy import Scores, class_accuracies
 from fedhet.metrics.cgv import client_gradient_variance
 from fedhet.process import allocator
@@ -52,17 +53,37 @@ def evaluate_run(
     variance = None
     if scores is None:
         scores, variance = network_scores(run, ctx, group, model, cgv)
-    report = {
+    report = {**_described(run, model), **asdict(scores)}
+    if cgv:
+        report["cgv"] = variance
+    return report
+
+
+def _described(run: Run, model: ModelChoice) -> dict:
+    return {
         "algorithm": run.algorithm_label,
         "setting": run.setting_label,
         "seed": run.spec.seed,
         "key": run.node.key,
         "model": model,
-        **asdict(scores),
     }
-    if cgv:
-        report["cgv"] = variance
-    return report
+
+
+def evaluate_outcome(
+    run: Run, reached: Outcome, store: ArtifactStore, cgv: bool, model: ModelChoice
+) -> dict:
+    """`evaluate_run`'s report with `diverged`: None, or for a run that diverged the round it
+    diverged in, and no scores (it has no model to score)."""
+    if reached.diverged is None:
+        report = evaluate_run(run, reached.group, store, cgv=cgv, model=model)
+        return {**report, "diverged": None}
+    unscored = {field.name: None for field in fields(Scores)}
+    return {
+        **_described(run, model),
+        "diverged": reached.diverged_round,
+        **unscored,
+        **({"cgv": None} if cgv else {}),
+    }
 
 
 def network_scores(

@@ -3,8 +3,10 @@ or JSON), and as TensorBoard events.
 
 One row per run and round: the run's labels (`run`, `algorithm`, `setting`), every config field
 whose value differs between the runs (dotted paths such as `partition.alpha`, `federation.lr`),
-`seed`, `round` (from 1) and each stored metric (NaN where the run did not measure it, e.g. test
-accuracy between evaluations; null in JSON and in a column a run does not have). Tables go
+`seed`, `round` (from 1), `diverged` (the round a diverged run diverged in, null for the others:
+its rows are the rounds before, and that round with every metric NaN) and each stored metric
+(NaN where the run did not measure it, e.g. test accuracy between evaluations; null in JSON and
+in a column a run does not have). Tables go
 through pyarrow, the reference implementation of Arrow and Parquet.
 """
 
@@ -28,7 +30,7 @@ from fedhet.engine.run_format import METRICS
 from fedhet.engine.tensorboard import RoundWriter
 from fedhet.execution.labels import varying_fields
 from fedhet.execution.planning import Run
-from fedhet.execution.results import result, stored_metrics
+from fedhet.execution.results import outcome
 
 TableFormat = Literal["csv", "parquet", "json"]
 
@@ -37,11 +39,16 @@ TableFormat = Literal["csv", "parquet", "json"]
 class StoredRun:
     run: Run
     metrics: dict[str, list[float]]
+    diverged: int | None = None  # the round it diverged in
 
 
 def collect(runs: list[Run], store: ArtifactStore, train: bool) -> list[StoredRun]:
-    """Each run with the metrics of its final artifact (computed first only when `train`)."""
-    return [StoredRun(run, stored_metrics(result(run, store, train))) for run in runs]
+    """Each run with the metrics of its final artifact (computed first only when `train`), or of
+    the rounds before its divergence."""
+    return [
+        StoredRun(run, reached.metrics, reached.diverged_round)
+        for run, reached in ((run, outcome(run, store, train)) for run in runs)
+    ]
 
 
 def long_rows(runs: list[StoredRun]) -> list[dict[str, Any]]:
@@ -58,14 +65,27 @@ def long_rows(runs: list[StoredRun]) -> list[dict[str, Any]]:
         labels = {"run": run.label, "algorithm": run.algorithm_label, "setting": run.setting_label}
         config = {path: values[index] for path, values in fields.items()}
         rounds = len(next(iter(stored.metrics.values()), []))
-        for r in range(rounds):
+        for r in range(rounds if stored.diverged is None else stored.diverged):
             metrics = {name: _at(stored.metrics.get(name), r) for name in metric_names}
-            rows.append({**labels, **config, "seed": run.spec.seed, "round": r + 1, **metrics})
+            rows.append(
+                {
+                    **labels,
+                    **config,
+                    "seed": run.spec.seed,
+                    "round": r + 1,
+                    "diverged": stored.diverged,
+                    **metrics,
+                }
+            )
     return rows
 
 
 def _at(values: list[float] | None, index: int) -> float | None:
-    return None if values is None else values[index]
+    """The round's value: None for a metric the run has not, NaN past its end (the round a run
+    diverged in measured nothing)."""
+    if values is None:
+        return None
+    return values[index] if index < len(values) else math.nan
 
 
 def _one_type(values: list[Any]) -> list[Any]:

@@ -21,11 +21,11 @@ import numpy as np
 from rich.console import Console
 
 from fedhet.core import provenance
-from fedhet.core.errors import DivergedError, InputError
+from fedhet.core.errors import InputError
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import Run
-from fedhet.execution.results import result, result_row, stored_metrics
+from fedhet.execution.results import outcome, result_row
 from fedhet.figures import Curve, metric_curves
 from fedhet.metrics.summary import best_label, rounds_to_reach
 from fedhet.reports.comparison import paired_section
@@ -70,20 +70,17 @@ def collect(runs: list[Run], store: ArtifactStore, console: Console, train: bool
         if run.node.key in seen:  # e.g. a matrix over a runtime setting: the same computation
             continue
         seen.add(run.node.key)
-        environment = None
-        try:
-            group = result(run, store, train)
-            metrics, diverged = stored_metrics(group), None
-            environment = group.attrs.get("environment")
-        except DivergedError as error:
-            metrics, diverged = error.metrics, error.round_number
-            console.print(f"{run.label}: {error}", markup=False, soft_wrap=True)
+        reached = outcome(run, store, train)
+        environment = None if reached.group is None else reached.group.attrs.get("environment")
+        if reached.diverged is not None:
+            console.print(f"{run.label}: {reached.diverged}", markup=False, soft_wrap=True)
+        metrics = reached.metrics
         row = result_row(run, metrics)
         row.update(
             group=run.group,
             key=run.node.key,
             metrics={name: np.asarray(values, dtype=float) for name, values in metrics.items()},
-            diverged=diverged,
+            diverged=reached.diverged_round,
             environment=environment,
             environment_changes=provenance.changes(environment, run.spec.runtime),
             stage_seconds=stage_seconds(run, store),

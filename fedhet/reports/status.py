@@ -10,15 +10,17 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from fedhet.core import divergence
 from fedhet.core.pipeline import StageNode
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactInfo, ArtifactStore
 from fedhet.engine.extension import Extension, stored_prefix
 from fedhet.engine.run_format import Checkpoints
 from fedhet.execution.planning import Run
-from fedhet.execution.results import result_row, stored_metrics
+from fedhet.execution.results import result_row, stored_divergence, stored_metrics
 
-STORED, PARTIAL, MISSING = "stored", "partial", "missing"
+STORED, PARTIAL, MISSING, DIVERGED = "stored", "partial", "missing", "diverged"
+DONE = (STORED, DIVERGED)  # a diverged stage is a result too: nothing left to run
 # The federation fields that set how much work a round is.
 _FEDERATION_SIZES = ("clients_per_round", "fraction", "local_epochs", "local_steps", "batch_size")
 
@@ -27,7 +29,8 @@ _FEDERATION_SIZES = ("clients_per_round", "fraction", "local_epochs", "local_ste
 class StageState:
     node: StageNode
     state: str
-    done: int | None = None  # rounds completed: a partial stage's checkpoint, or the run it extends
+    done: int | None = None  # rounds completed: a partial stage's checkpoint, the run it
+    # extends, or the round a diverged stage diverged in
     total: int | None = None  # the stage's rounds, for stages that run in rounds
     extends: Extension | None = None  # the stored shorter run a missing train stage continues
 
@@ -37,6 +40,8 @@ class StageState:
             return f"partial (round {self.done} of {self.total or '?'})"
         if self.extends is not None:
             return f"{self.state} ({self.extends.describe()})"
+        if self.state == DIVERGED:
+            return f"diverged (in round {self.done} of {self.total or '?'})"
         return self.state
 
 
@@ -55,6 +60,9 @@ def stage_state(node: StageNode, store: ArtifactStore, spec: Spec) -> StageState
         extends = stored_prefix(node, node.spec or spec, store)
         done = None if extends is None else extends.rounds
         return StageState(node, MISSING, done, total, extends)
+    diverged = divergence.recorded(partial)
+    if diverged is not None:
+        return StageState(node, DIVERGED, diverged.round_number, total)
     done = Checkpoints(partial).latest_round()
     return StageState(node, PARTIAL, done, total)
 
@@ -109,7 +117,7 @@ class Estimator:
 
     def seconds_left(self, state: StageState) -> float | None:
         """None when no stored artifact gives an estimate; 0 for a stored stage."""
-        if state.state == STORED:
+        if state.state in DONE:
             return 0.0
         samples = self._per_shape.get(node_shape(state.node))
         if not samples:
@@ -157,7 +165,7 @@ def plan_rows(runs: list[Run], store: ArtifactStore) -> tuple[list[dict[str, Any
                     "state": state.description,
                     "runs": users[node.key],
                     "seconds_left": left,
-                    "left": "" if state.state == STORED else duration(left),
+                    "left": "" if state.state in DONE else duration(left),
                 }
             )
     return rows, _summary(rows)
@@ -167,7 +175,9 @@ def _summary(rows: list[dict[str, Any]]) -> str:
     counts = defaultdict(int)
     for row in rows:
         counts[row["state"].split()[0]] += 1
-    states = ", ".join(f"{counts[s]} {s}" for s in (STORED, PARTIAL, MISSING) if counts[s])
+    states = ", ".join(
+        f"{counts[s]} {s}" for s in (STORED, DIVERGED, PARTIAL, MISSING) if counts[s]
+    )
     unknown = sum(row["seconds_left"] is None for row in rows)
     total = sum(row["seconds_left"] or 0.0 for row in rows)
     if counts[PARTIAL] + counts[MISSING] == 0:
@@ -198,4 +208,8 @@ def run_row(run: Run, store: ArtifactStore) -> dict[str, Any]:
             result = result_row(run, stored_metrics(group))
             row |= {k: result[k] for k in ("best_accuracy", "final_accuracy", "wall_time_s")}
             row["rounds"] = result["rounds"]
+    if state.state == DIVERGED:  # the rounds before: no final accuracy
+        before = result_row(run, stored_divergence(run, store).metrics)
+        row |= {k: before[k] for k in ("best_accuracy", "wall_time_s")}
+        row["rounds"] = f"{state.done}/{state.total}"
     return row

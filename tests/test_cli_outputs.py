@@ -1,0 +1,60 @@
+"""What a person reads: tables at 80 columns keep every label word whole, and a run whose output
+goes to a file prints a line every few rounds instead of a progress bar."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from conftest import TINY_SPEC, cli_env, write_spec
+
+from fedhet.core.spec import load_spec
+from fedhet.engine.progress import LINES
+from fedhet.execution.planning import runs_of
+
+LABELS = {
+    **TINY_SPEC,
+    "runtime": {"threads": 1, "progress": False},
+    "matrix": {
+        "algorithm": [{"name": "fedprox", "mu": 0.001}, {"name": "fedprox", "mu": 0.01}],
+        "federation.lr": [0.05, 0.025],
+        "federation.momentum": [0.0, 0.9],
+        "partition.alpha": [0.5, 0.05],
+    },
+}
+
+
+def test_tables_at_80_columns_keep_label_words_whole(fedhet, tmp_path):
+    spec = write_spec(tmp_path / "labels.yaml", LABELS)
+    env = cli_env(tmp_path / "store", COLUMNS="80")
+    for command in ("runs", "plan"):
+        shown = fedhet(command, spec, env=env)
+        assert shown.rc == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert max(map(len, lines)) <= 80
+        cells = [cell.strip() for line in lines for cell in re.split(r"[│┃]", line)]
+        words = {word for cell in cells for word in cell.split()}
+        for run in runs_of(load_spec(spec)):
+            label = run.label if command == "plan" else f"{run.algorithm_label} {run.setting_label}"
+            missing = set(label.split()) - words
+            assert not missing, f"{command}: {missing} wrapped mid-word:\n{shown.stdout}"
+
+
+def test_a_run_logging_to_a_file_prints_a_line_every_few_rounds(fedhet, tmp_path):
+    rounds = 20
+    raw = {
+        **TINY_SPEC,
+        "federation": {**TINY_SPEC["federation"], "rounds": rounds},
+        "runtime": {"threads": 1, "progress": True},
+    }
+    spec = write_spec(tmp_path / "spec.yaml", raw)
+    trained = fedhet("train", spec, store=tmp_path / "store")
+    assert trained.rc == 0, trained.stderr
+    (run,) = runs_of(load_spec(spec))
+    pattern = (
+        rf"{re.escape(run.label)}: round (\d+)/{rounds} acc \d\.\d{{4}} loss \d+\.\d{{4}}, \d+s"
+    )
+    found = [int(m.group(1)) for m in re.finditer(pattern, trained.stderr)]
+    step = math.ceil(rounds / LINES)
+    assert found == list(range(step, rounds + 1, step)), trained.stderr
+    assert 10 <= len(found) <= 20
