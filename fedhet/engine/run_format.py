@@ -86,7 +86,11 @@ def write_metrics(group: zarr.Group, metrics: Mapping[str, list[float]]) -> None
         sub.create_array(name, data=np.asarray(values, dtype=np.float64))
 
 
-def read_metrics(group: zarr.Group, names: tuple[str, ...] = METRICS) -> dict[str, list[float]]:
+def read_metrics(group: zarr.Group) -> dict[str, list[float]]:
+    """Every metric the run recorded: METRICS, then those of its options (e.g. a system
+    section's, fedhet.engine.system.METRICS) by name."""
+    stored = set(group["metrics"].array_keys())
+    names = [m for m in METRICS if m in stored] + sorted(stored - set(METRICS))
     return {name: group["metrics"][name][:].tolist() for name in names}
 
 
