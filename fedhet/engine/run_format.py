@@ -87,10 +87,9 @@ def write_metrics(group: zarr.Group, metrics: Mapping[str, list[float]]) -> None
 
 
 def read_metrics(group: zarr.Group) -> dict[str, list[float]]:
-    """Every metric the run recorded: METRICS, then those of its options (e.g. a system
-    section's, fedhet.engine.system.METRICS) by name."""
-    stored = set(group["metrics"].array_keys())
-    names = [m for m in METRICS if m in stored] + sorted(stored - set(METRICS))
+    """Every metric stored in `group`, METRICS first."""
+    stored = [name for name, _ in group["metrics"].arrays()]
+    names = [m for m in METRICS if m in stored] + sorted(set(stored) - set(METRICS))
     return {name: group["metrics"][name][:].tolist() for name in names}
 
 
