@@ -16,6 +16,7 @@ from fedhet.core.store import ArtifactStore
 from fedhet.engine.loop import Engine
 from fedhet.engine.run_format import Checkpoints
 from fedhet.engine.setup import build_setup
+from fedhet.engine.system import num_local_steps
 from fedhet.engine.trainer import ClientJob, Trainer
 from fedhet.methods.fedbr.algorithm import (
     FedBR,
@@ -70,7 +71,9 @@ def job_for(algo, setup, client, state, server_state, rnd=0):
     model = algo.build_model()
     model.load_state_dict(state)
     gen = torch_generator(setup.spec.seed, "local", rnd, client)
-    return ClientJob(rnd, setup.clients[client], model, state, server_state, {}, 0.05, gen)
+    data = setup.clients[client]
+    steps = num_local_steps(setup.spec.federation, data.n)
+    return ClientJob(rnd, data, model, state, server_state, {}, 0.05, gen, steps)
 
 
 def tiny_fedbr_model(seed=0, **config):

@@ -14,13 +14,13 @@ from scipy.stats import binom
 
 from fedhet.core.errors import InputError
 from fedhet.core.spec import FederationSpec, parse_spec
-from fedhet.engine.local import num_local_steps
 from fedhet.engine.loop import sample_holders
 from fedhet.engine.system import (
     DEADLINE,
     DROPOUT,
     available,
     local_steps,
+    num_local_steps,
     plan_round,
     steps_for_epochs,
 )

@@ -19,6 +19,7 @@ from fedhet.core.spec import Spec, parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.engine.loop import evaluate
 from fedhet.engine.setup import build_setup
+from fedhet.engine.system import num_local_steps
 from fedhet.engine.trainer import ClientJob, Trainer
 from fedhet.execution.planning import runs_of
 from fedhet.execution.results import execute
@@ -72,7 +73,8 @@ def job(algorithm: Trainer, model: nn.Module, global_state: dict | None = None) 
     """Client 0's job of round 0; its generator is the same in every job."""
     state = global_state or {k: v.detach().clone() for k, v in model.state_dict().items()}
     client = algorithm.setup.clients[0]
-    return ClientJob(0, client, model, state, {}, {}, 0.05, torch_generator(0, "test"))
+    steps = num_local_steps(algorithm.fed, client.n)
+    return ClientJob(0, client, model, state, {}, {}, 0.05, torch_generator(0, "test"), steps)
 
 
 def batch(algorithm: Trainer, size: int = 12) -> tuple[torch.Tensor, torch.Tensor]:

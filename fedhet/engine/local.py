@@ -16,12 +16,6 @@ LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 GradHook = Callable[[nn.Module], None]
 
 
-def num_local_steps(fed: FederationSpec, n: int, epochs_scale: float = 1.0) -> int:
-    if fed.local_steps is not None:
-        return fed.local_steps
-    return max(1, math.ceil(fed.local_epochs * epochs_scale * math.ceil(n / fed.batch_size)))
-
-
 def batch_schedule(
     n: int, batch_size: int, steps: int, gen: torch.Generator
 ) -> Iterator[torch.Tensor]:

@@ -19,6 +19,7 @@ from fedhet.engine.local import Divergence
 from fedhet.engine.run_format import Checkpoints, RunState
 from fedhet.engine.schedule import round_lr
 from fedhet.engine.setup import TrainSetup
+from fedhet.engine.system import RoundPlan, local_steps, plan_round
 from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import ClientJob, ClientResult, Traffic, Trainer
 from fedhet.process.interrupts import Interrupted
@@ -58,6 +59,11 @@ def sample_holders(seed: int, round: int, holders: list[int], per_round: int) ->
     draw, so no round is short of clients; with every client a holder this is exactly
     `sample_clients(seed, round, len(holders), per_round)`."""
     return [holders[i] for i in sample_clients(seed, round, len(holders), per_round)]
+
+
+def mean_over_clients(values: list[float]) -> float:
+    """The mean of a round's client values; NaN in a round nobody reported."""
+    return float(np.mean(values)) if values else float("nan")
 
 
 RoundCallback = Callable[[int, dict[str, float]], None]
@@ -121,14 +127,32 @@ class Engine:
         self.continuation = continuation(state, before, self.spec.eval.every)
         return state
 
-    def make_jobs(self, rnd: int, state: RunState, sampled: list[int]) -> list[ClientJob]:
-        lr = round_lr(self.spec.federation, rnd)
+    def plan(self, rnd: int) -> RoundPlan:
+        """Who is sampled in round `rnd`, how many steps each does and who drops out."""
+        setup = self.setup
+        return plan_round(
+            self.spec.federation,
+            self.spec.seed,
+            rnd,
+            setup.sizes,
+            self.holders,
+            setup.clients_per_round,
+            sample_holders,
+        )
+
+    def make_jobs(
+        self, rnd: int, state: RunState, clients: list[int], steps: dict[int, int] | None = None
+    ) -> list[ClientJob]:
+        """The clients' jobs, each for its `steps` (default: its full local work this round)."""
+        fed, seed, lr = self.spec.federation, self.spec.seed, round_lr(self.spec.federation, rnd)
+        if steps is None:
+            steps = {c: local_steps(fed, seed, rnd, c, self.setup.clients[c].n) for c in clients}
         jobs = []
-        for cid in sampled:
+        for cid in clients:
             model = self.model  # one model object is reused: each job loads the global state first
             # a copy: the round's changes are committed only when the whole round succeeds
             client_state = tensors.clone(state.client_states.get(cid, {}))
-            gen = torch_generator(self.spec.seed, "local", rnd, cid)
+            gen = torch_generator(seed, "local", rnd, cid)
             jobs.append(
                 ClientJob(
                     rnd,
@@ -139,18 +163,26 @@ class Engine:
                     client_state,
                     lr,
                     gen,
+                    steps[cid],
                 )
             )
         return jobs
 
     def run_round(self, rnd: int, state: RunState) -> None:
+        """One round: the plan's reporting clients train and are aggregated, weights renormalized
+        over them; a round nobody reports keeps every state (its metrics say so)."""
         started = time.perf_counter()
         algo = self.algorithm
-        sampled = sample_holders(self.spec.seed, rnd, self.holders, self.setup.clients_per_round)
-        weights = self.weights_all[sampled] / self.weights_all[sampled].sum()
-        jobs = self.make_jobs(rnd, state, sampled)
+        plan = self.plan(rnd)
+        reported = plan.reported
+        weights = self.weights_all[reported] / self.weights_all[reported].sum()
+        jobs = self.make_jobs(rnd, state, reported, plan.steps)
         self.model.load_state_dict(state.global_state)
-        traffic = algo.synchronized_first_step(rnd, self.model, jobs, weights.tolist())
+        traffic = (
+            algo.synchronized_first_step(rnd, self.model, jobs, weights.tolist())
+            if jobs
+            else Traffic()
+        )
         down = tensors.nbytes(algo.shared(state.global_state)) + tensors.nbytes(
             algo.download(rnd, state.server_state)
         )
@@ -159,14 +191,19 @@ class Engine:
         except ClientDiverged as diverged:
             self.fail(rnd, state, str(diverged))
         server_state = tensors.clone(state.server_state)  # aggregate may update it in place
-        new_global = algo.aggregate(
-            rnd, state.global_state, server_state, results, weights.tolist()
+        new_global = (
+            algo.aggregate(rnd, state.global_state, server_state, results, weights.tolist())
+            if results
+            else state.global_state
         )
         if not tensors.all_finite(new_global):
             self.fail(rnd, state, "the aggregated model is not finite")
         state.server_state = server_state
         state.client_states.update({job.client.id: job.client_state for job in jobs})
-        self.record(rnd, state, new_global, results, len(jobs) * down, traffic, started)
+        self.record(rnd, state, new_global, results, len(plan.sampled) * down, traffic, started)
+        if self.spec.federation.system is not None:
+            for name, value in plan.metrics().items():
+                state.metrics.setdefault(name, []).append(value)
 
     def train_client(self, job: ClientJob) -> ClientResult:
         """One client's local training from the global state: what the executor runs per job."""
@@ -198,10 +235,10 @@ class Engine:
         algo = self.algorithm
         up = sum(tensors.nbytes(algo.shared(r.state)) + tensors.nbytes(r.upload) for r in results)
         shared_global = algo.shared(new_global)
-        divergence = float(
-            np.mean([tensors.distance(shared_global, algo.shared(r.state)) for r in results])
+        divergence = mean_over_clients(
+            [tensors.distance(shared_global, algo.shared(r.state)) for r in results]
         )
-        train_loss = float(np.mean([r.stats.mean_loss for r in results]))
+        train_loss = mean_over_clients([r.stats.mean_loss for r in results])
         state.global_state = new_global
         validation = self.setup.validation
         acc, loss, val_acc, val_loss = (float("nan"),) * 4

@@ -43,6 +43,7 @@ import numpy as np
 import zarr
 
 from fedhet.core.store import create_array, damaged_array
+from fedhet.engine.system import METRICS as SYSTEM_METRICS
 from fedhet.process import interrupts
 
 if TYPE_CHECKING:
@@ -71,7 +72,9 @@ VALIDATION_METRICS = ("val_accuracy", "val_loss")
 
 def run_metrics(spec: Spec) -> tuple[str, ...]:
     """The metrics a run of `spec` stores per round: METRICS, plus those its options add."""
-    return METRICS + (VALIDATION_METRICS if spec.data.validation is not None else ())
+    validation = VALIDATION_METRICS if spec.data.validation is not None else ()
+    system = SYSTEM_METRICS if spec.federation.system is not None else ()
+    return METRICS + validation + system
 
 
 @dataclass

@@ -65,8 +65,16 @@ def draw(distribution: Any, rng: np.random.Generator) -> float:
 
 
 def steps_for_epochs(epochs: float, n: int, batch_size: int) -> int:
-    """Local steps of `epochs` passes over n samples in batches (`local.num_local_steps`)."""
+    """Local steps of `epochs` passes over n samples in batches."""
     return max(1, math.ceil(epochs * math.ceil(n / batch_size)))
+
+
+def num_local_steps(fed: FederationSpec, n: int, epochs_scale: float = 1.0) -> int:
+    """The federation's local work for a client of n samples, in steps (without the section:
+    every client's work in every round)."""
+    if fed.local_steps is not None:
+        return fed.local_steps
+    return steps_for_epochs(fed.local_epochs * epochs_scale, n, fed.batch_size)
 
 
 def counts_steps(fed: FederationSpec) -> bool:
@@ -81,7 +89,7 @@ def local_steps(fed: FederationSpec, seed: int, rnd: int, client: int, n: int) -
     """The client's full local work this round, in steps."""
     system = fed.system or SystemSpec()
     if not system.sets_local_work():
-        return fed.local_steps or steps_for_epochs(fed.local_epochs, n, fed.batch_size)
+        return num_local_steps(fed, n)
     when = (rnd,) if system.redraw == "round" else ()
     rng = numpy_rng(seed, "system", "work", *when, client)
     if system.local_steps is not None:

@@ -28,13 +28,7 @@ from torch import nn
 from fedhet.data.clients import ClientData
 from fedhet.engine import objectives, tensors
 from fedhet.engine.description import MethodConfig
-from fedhet.engine.local import (
-    LocalStats,
-    batch_schedule,
-    local_sgd,
-    num_local_steps,
-    sgd,
-)
+from fedhet.engine.local import LocalStats, batch_schedule, local_sgd, sgd
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
 from fedhet.engine.vectorized import LocalTerm
@@ -56,6 +50,7 @@ class ClientJob:
     client_state: Tensors  # persists across rounds for this client (e.g. control variates)
     lr: float
     generator: torch.Generator
+    steps: int  # local steps this round (fedhet.engine.system: the federation's, or drawn)
     first_step: Callable[[nn.Module], torch.Tensor] | None = None
 
 
@@ -159,7 +154,7 @@ class Trainer:
         """Rewrite parameters after each optimizer step."""
 
     def local_steps(self, job: ClientJob) -> int:
-        return num_local_steps(self.fed, job.client.n)
+        return job.steps
 
     def client_batches(self, job: ClientJob):
         return batch_schedule(

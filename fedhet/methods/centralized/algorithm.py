@@ -9,8 +9,8 @@ import torch
 
 from fedhet.core.spec import AlgorithmSpec
 from fedhet.data.clients import ClientData
-from fedhet.engine.local import num_local_steps
 from fedhet.engine.setup import TrainSetup
+from fedhet.engine.system import num_local_steps
 from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import ClientJob, Trainer
 

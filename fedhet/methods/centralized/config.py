@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+from fedhet.core.errors import InputError
 from fedhet.engine.description import MethodConfig
 
 
 class CentralizedConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.centralized.algorithm:Centralized"
     name: Literal["centralized"] = "centralized"
+
+    def check(self, spec) -> None:
+        """One machine trains on the union: it has no clients' devices to be heterogeneous."""
+        if spec.federation.system is not None:
+            raise InputError(
+                "federation.system: centralized training has no clients whose devices differ; "
+                "remove the section"
+            )
