@@ -63,7 +63,7 @@ def test_arrays_written_without_the_checksum_read_as_before(tmp_path):
     group = zarr.open_group(tmp_path / "old.zarr", mode="w")
     metrics = group.create_group("metrics")
     metrics.create_array("test_accuracy", data=np.array([0.5, 0.25]))
-    assert read_metrics(group, ("test_accuracy",)) == {"test_accuracy": [0.5, 0.25]}
+    assert read_metrics(group) == {"test_accuracy": [0.5, 0.25]}
 
 
 def damaged_store(trained, tmp_path, array: str) -> Path:

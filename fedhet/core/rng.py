@@ -6,9 +6,12 @@ No global RNG state is used anywhere in fedhet: every random draw comes from one
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def derive_seed(seed: int, *path: int | str) -> int:
@@ -24,6 +27,8 @@ def numpy_rng(seed: int, *path: int | str) -> np.random.Generator:
 def torch_generator(
     seed: int, *path: int | str, device: str | torch.device = "cpu"
 ) -> torch.Generator:
+    import torch  # here: planning and the numpy draws never import torch
+
     gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(seed, *path))
     return gen
