@@ -435,8 +435,14 @@ EVAL_COLUMNS = [
     Column("accuracy", "accuracy %", "pct"),
     Column("loss", "loss", "number"),
     Column("per_class", "per class"),
-    Column("per_client", "per client"),
+    Column("per_client", "per client (train samples)"),
 ]
+CLIENT_TEST_COLUMNS = [
+    Column("client_test_mean", "client test %", "pct"),
+    Column("client_test_worst_decile", "worst 10% %", "pct"),
+    Column("client_test_std", "client std %", "pct"),
+]
+CLIENT_TEST_LIST = Column("client_test", "per client (own test set)")
 CGV_COLUMNS = [
     Column(f"cgv_{part}", f"CGV {part}", "number") for part in ("total", "features", "head")
 ]
@@ -472,13 +478,23 @@ def evaluate(
     from fedhet.reports.evaluation import evaluate_run
 
     runs = _stored_runs(path, spec, st, train)
-    reports = [evaluate_run(run, result(run, st, train), st, cgv=cgv, model=model) for run in runs]
+    reports = [
+        evaluate_run(run, result(run, st, train), st, cgv=cgv, model=model, console=err)
+        for run in runs
+    ]
     if as_json or fmt is Format.json:  # the reports as they are, lists and all
         print(json.dumps(reports, indent=2))
         return
     rows = [_eval_row(report, readable=fmt is not Format.csv) for report in reports]
-    lists = EVAL_COLUMNS[-2:]  # too wide for a terminal's table: listed under it instead
-    columns = [*EVAL_COLUMNS[:-2], *(CGV_COLUMNS if cgv else []), *lists]
+    client_test = spec.eval.client_test is not None
+    # too wide for a terminal's table: listed under it instead
+    lists = [*EVAL_COLUMNS[-2:], *([CLIENT_TEST_LIST] if client_test else [])]
+    columns = [
+        *EVAL_COLUMNS[:-2],
+        *(CLIENT_TEST_COLUMNS if client_test else []),
+        *(CGV_COLUMNS if cgv else []),
+        *lists,
+    ]
     show(out, rows, columns[: -len(lists)] if fmt is Format.table else columns, fmt, path.stem)
     if fmt is Format.table:
         for row in rows:
@@ -488,14 +504,16 @@ def evaluate(
 
 
 def _eval_row(report: dict, readable: bool) -> dict:
-    """A report as one row: the per-class and per-client accuracies each as one cell, the client
-    gradient variance's parts as numbers (none for a model that is no network, like TCT's)."""
+    """A report as one row: the per-class and per-client accuracies (on training samples, and on
+    the clients' own test sets where measured) each as one cell, the client gradient variance's
+    parts as numbers (none for a model that is no network, like TCT's)."""
 
     def joined(values: list[float]) -> str:
         return " ".join(f"{v:.3f}" if readable else repr(v) for v in values)
 
     variance = {f"cgv_{part}": value for part, value in (report.get("cgv") or {}).items()}
-    per = {"per_class": joined(report["per_class"]), "per_client": joined(report["per_client"])}
+    lists = ("per_class", "per_client", "client_test")
+    per = {name: "not measured" if report[name] is None else joined(report[name]) for name in lists}
     return {**report, **per, **variance}
 
 

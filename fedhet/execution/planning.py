@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedhet.core import registry
 from fedhet.core.pipeline import StageNode
 from fedhet.core.spec import Spec, expand, partition_label
 from fedhet.engine import train_stage  # noqa: F401  (registers the train and partition stages)
@@ -15,7 +14,7 @@ from fedhet.execution.labels import group_labels
 
 def plan(spec: Spec) -> StageNode:
     """The final stage node of a (matrix-free) spec; its upstream nodes hang below it."""
-    return registry.algorithm(spec.algorithm.name).plan(spec)
+    return spec.algorithm.plan(spec)
 
 
 def group_key(spec: Spec) -> str:
