@@ -437,8 +437,8 @@ EVAL_COLUMNS = [
     Column("per_class", "per class"),
     Column("per_client", "per client (train samples)"),
 ]
-CLIENT_TEST_COLUMNS = [
-    Column("client_test_mean", "client test %", "pct"),
+CLIENT_TEST_COLUMNS = [  # over the clients' accuracies on their own test sets
+    Column("client_test_mean", "client mean %", "pct"),
     Column("client_test_worst_decile", "worst 10% %", "pct"),
     Column("client_test_std", "client std %", "pct"),
 ]
@@ -486,21 +486,30 @@ def evaluate(
         print(json.dumps(reports, indent=2))
         return
     rows = [_eval_row(report, readable=fmt is not Format.csv) for report in reports]
-    client_test = spec.eval.client_test is not None
+    spread = CLIENT_TEST_COLUMNS if spec.eval.client_test is not None else []
+    lists = [*EVAL_COLUMNS[-2:], *([CLIENT_TEST_LIST] if spread else [])]
+    columns = [*EVAL_COLUMNS[:-2], *spread, *(CGV_COLUMNS if cgv else []), *lists]
+    if fmt is not Format.table:
+        show(out, rows, columns, fmt, path.stem)
+        return
     # too wide for a terminal's table: listed under it instead
-    lists = [*EVAL_COLUMNS[-2:], *([CLIENT_TEST_LIST] if client_test else [])]
-    columns = [
-        *EVAL_COLUMNS[:-2],
-        *(CLIENT_TEST_COLUMNS if client_test else []),
-        *(CGV_COLUMNS if cgv else []),
-        *lists,
-    ]
-    show(out, rows, columns[: -len(lists)] if fmt is Format.table else columns, fmt, path.stem)
-    if fmt is Format.table:
-        for row in rows:
-            out.print(f"{row['algorithm']}, {row['setting']}, seed {row['seed']}", markup=False)
-            for column in lists:
-                out.print(f"  {column.header}: {row[column.key]}", markup=False)
+    show(out, rows, [c for c in columns if c not in [*spread, *lists]], fmt, path.stem)
+    for row in rows:
+        out.print(f"{row['algorithm']}, {row['setting']}, seed {row['seed']}", markup=False)
+        if spread:
+            out.print(f"  own test sets: {_spread_text(row)}", markup=False)
+        for column in lists:
+            out.print(f"  {column.header}: {row[column.key]}", markup=False)
+
+
+def _spread_text(row: dict) -> str:
+    """The per-client accuracy on the clients' own test sets, summarized in one line."""
+    if row.get("client_test_mean") is None:
+        return "not measured"
+    return ", ".join(
+        f"{column.header.removesuffix(' %')} {100 * row[column.key]:.2f}%"
+        for column in CLIENT_TEST_COLUMNS
+    )
 
 
 def _eval_row(report: dict, readable: bool) -> dict:
