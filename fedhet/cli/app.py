@@ -446,8 +446,14 @@ EVAL_COLUMNS = [
     Column("accuracy", "accuracy %", "pct"),
     Column("loss", "loss", "number"),
     Column("per_class", "per class"),
-    Column("per_client", "per client"),
+    Column("per_client", "per client (train samples)"),
 ]
+CLIENT_TEST_COLUMNS = [  # over the clients' accuracies on their own test sets
+    Column("client_test_mean", "client mean %", "pct"),
+    Column("client_test_worst_decile", "worst 10% %", "pct"),
+    Column("client_test_std", "client std %", "pct"),
+]
+CLIENT_TEST_LIST = Column("client_test", "per client (own test set)")
 CGV_COLUMNS = [
     Column(f"cgv_{part}", f"CGV {part}", "number") for part in ("total", "features", "head")
 ]
@@ -485,33 +491,52 @@ def evaluate(
 
     runs = _stored_runs(path, spec, st, train, overrides)
     reports = [
-        evaluate_outcome(run, outcome(run, st, train), st, cgv=cgv, model=model) for run in runs
+        evaluate_outcome(run, outcome(run, st, train), st, cgv=cgv, model=model, console=err)
+        for run in runs
     ]
     if as_json or fmt is Format.json:  # the reports as they are, lists and all
         print(json.dumps(reports, indent=2))
         return
     readable = fmt is not Format.csv
     rows = [_eval_row(report, readable) for report in reports]
-    lists = EVAL_COLUMNS[-2:]  # too wide for a terminal's table: listed under it instead
+    spread = CLIENT_TEST_COLUMNS if spec.eval.client_test is not None else []
+    lists = [*EVAL_COLUMNS[-2:], *([CLIENT_TEST_LIST] if spread else [])]
     diverged = [] if readable else [Column("diverged", "diverged", "number")]
-    columns = [*EVAL_COLUMNS[:-2], *diverged, *(CGV_COLUMNS if cgv else []), *lists]
-    show(out, rows, columns[: -len(lists)] if fmt is Format.table else columns, fmt, path.stem)
-    if fmt is Format.table:
-        for row in (row for row in rows if row["diverged"] is None):  # a diverged run: no lists
-            out.print(f"{row['algorithm']}, {row['setting']}, seed {row['seed']}", markup=False)
-            for column in lists:
-                out.print(f"  {column.header}: {row[column.key]}", markup=False)
+    columns = [*EVAL_COLUMNS[:-2], *diverged, *spread, *(CGV_COLUMNS if cgv else []), *lists]
+    if fmt is not Format.table:
+        show(out, rows, columns, fmt, path.stem)
+        return
+    # too wide for a terminal's table: listed under it instead
+    show(out, rows, [c for c in columns if c not in [*spread, *lists]], fmt, path.stem)
+    for row in (row for row in rows if row["diverged"] is None):  # a diverged run: no lists
+        out.print(f"{row['algorithm']}, {row['setting']}, seed {row['seed']}", markup=False)
+        if spread:
+            out.print(f"  own test sets: {_spread_text(row)}", markup=False)
+        for column in lists:
+            out.print(f"  {column.header}: {row[column.key]}", markup=False)
+
+
+def _spread_text(row: dict) -> str:
+    """The per-client accuracy on the clients' own test sets, summarized in one line."""
+    if row.get("client_test_mean") is None:
+        return "not measured"
+    return ", ".join(
+        f"{column.header.removesuffix(' %')} {100 * row[column.key]:.2f}%"
+        for column in CLIENT_TEST_COLUMNS
+    )
 
 
 def _eval_row(report: dict, readable: bool) -> dict:
-    """A report as one row: the per-class and per-client accuracies each as one cell, the client
-    gradient variance's parts as numbers (none for a model that is no network, like TCT's)."""
+    """A report as one row: the per-class and per-client accuracies (on training samples, and on
+    the clients' own test sets where measured) each as one cell, the client gradient variance's
+    parts as numbers (none for a model that is no network, like TCT's)."""
 
     def joined(values: list[float] | None) -> str:
         return " ".join(f"{v:.3f}" if readable else repr(v) for v in values or ())
 
     variance = {f"cgv_{part}": value for part, value in (report.get("cgv") or {}).items()}
-    per = {"per_class": joined(report["per_class"]), "per_client": joined(report["per_client"])}
+    lists = ("per_class", "per_client", "client_test")
+    per = {name: "not measured" if report[name] is None else joined(report[name]) for name in lists}
     if readable and report["diverged"] is not None:  # a person reads it where the accuracy goes
         per["accuracy"] = f"diverged in round {report['diverged']}"
     return {**report, **per, **variance}

@@ -29,15 +29,15 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
 
 
 def save_partition(out: zarr.Group, part: Partition) -> None:
-    _save_lists(out, "", part.client_indices)
+    save_index_lists(out, part.client_indices)
     create_array(out, "histogram", data=part.histogram.astype(np.int64))
     if part.angles is not None:
         create_array(out, "angles", data=np.asarray(part.angles, dtype=np.float64))
     if part.validation_indices is not None:
-        _save_lists(out, "validation/", part.validation_indices)
+        save_index_lists(out, part.validation_indices, "validation/")
 
 
-def _save_lists(out: zarr.Group, prefix: str, lists: list[np.ndarray]) -> None:
+def save_index_lists(out: zarr.Group, lists: list[np.ndarray], prefix: str = "") -> None:
     """Index arrays, one per client, as `<prefix>indices` (concatenated) and `<prefix>offsets`."""
     sizes = np.array([len(i) for i in lists], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -47,12 +47,12 @@ def _save_lists(out: zarr.Group, prefix: str, lists: list[np.ndarray]) -> None:
     create_array(out, f"{prefix}offsets", data=offsets)
 
 
-def _load_lists(group: zarr.Group) -> list[np.ndarray]:
+def load_index_lists(group: zarr.Group) -> list[np.ndarray]:
     indices, offsets = group["indices"][:], group["offsets"][:]
     return [indices[offsets[k] : offsets[k + 1]] for k in range(len(offsets) - 1)]
 
 
 def load_partition(group: zarr.Group) -> Partition:
     angles = group["angles"][:] if "angles" in group else None
-    validation = _load_lists(group["validation"]) if "validation" in group else None
-    return Partition(_load_lists(group), group["histogram"][:], angles, validation)
+    validation = load_index_lists(group["validation"]) if "validation" in group else None
+    return Partition(load_index_lists(group), group["histogram"][:], angles, validation)

@@ -2,20 +2,45 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
 @dataclass(frozen=True)
 class Scores:
-    """A model's test accuracy and loss, its test accuracy on each class, and its accuracy on
-    each client's training samples."""
+    """A model's test accuracy and loss, its test accuracy on each class, its accuracy on each
+    client's training samples, and with per-client test sets (fedhet.data.client_test) each
+    client's accuracy on its own test set (None without them, or for a method that does not
+    measure it)."""
 
     accuracy: float
     loss: float
     per_class: list[float]
     per_client: list[float]
+    client_test: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class ClientSpread:
+    """How accuracy spreads over clients (clients with no test samples left out): the mean, the
+    mean of the worst decile (the ceil(K / 10) lowest of the K clients measured) and the standard
+    deviation (np.std, ddof=0); NaN when no client is measured."""
+
+    mean: float
+    worst_decile: float
+    std: float
+
+
+def client_spread(accuracies: Sequence[float]) -> ClientSpread:
+    measured = np.sort([a for a in accuracies if not math.isnan(a)])
+    if not measured.size:
+        return ClientSpread(math.nan, math.nan, math.nan)
+    worst = measured[: math.ceil(measured.size / 10)]
+    return ClientSpread(float(measured.mean()), float(worst.mean()), float(measured.std()))
 
 
 def class_accuracies(

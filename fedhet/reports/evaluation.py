@@ -7,11 +7,14 @@ from dataclasses import asdict, fields
 import numpy as np
 import torch
 import zarr
+from rich.console import Console
 
 from fedhet.core import provenance
 from fedhet.core.errors import InputError
-from fedhet.core.pipeline import RunContext
+from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.store import ArtifactStore
+from fedhet.data.client_test import client_test_data, client_test_node
+from fedhet.data.clients import ClientData
 from fedhet.engine import tensors
 from fedhet.engine.description import ModelChoice
 from fedhet.engine.loop import evaluate
@@ -19,7 +22,7 @@ from fedhet.engine.run_format import read_client_states
 from fedhet.engine.setup import build_setup
 from fedhet.execution.planning import Run
 from fedhet.execution.results import Outcome
-from fedhet.metrics.accuracy import Scores, class_accuracies
+from fedhet.metrics.accuracy import Scores, class_accuracies, client_spread
 from fedhet.metrics.cgv import client_gradient_variance
 from fedhet.process import allocator
 
@@ -39,21 +42,29 @@ def evaluate_run(
     store: ArtifactStore | None = None,
     cgv: bool = False,
     model: ModelChoice = "final",
+    console: Console | None = None,
 ) -> dict:
     """Scores of the run's `model` (final or best); with `cgv`, also the client gradient
     variance of its final network (None for a method whose model is no network, like TCT's).
+    With `eval.client_test`, each client's accuracy on its own test set and their spread
+    (`client_test_mean`, `client_test_worst_decile`, `client_test_std`; see
+    fedhet.metrics.accuracy.ClientSpread).
 
     A method whose final artifact holds no network scores it itself (MethodConfig.score_artifact);
     the same fields come back for every method.
     """
     provenance.use_threads(run.spec.runtime.threads)
     allocator.keep_freed_memory()
-    ctx = RunContext(run.spec, store or ArtifactStore())
+    ctx = RunContext(run.spec, store or ArtifactStore(), console or Console(stderr=True))
+    model = stored_model(run, model, ctx.console)
     scores = run.spec.algorithm.score_artifact(ctx, run.node, group, model)
     variance = None
     if scores is None:
         scores, variance = network_scores(run, ctx, group, model, cgv)
     report = {**_described(run, model), **asdict(scores)}
+    if scores.client_test is not None:
+        spread = client_spread(scores.client_test)
+        report.update({f"client_test_{name}": value for name, value in asdict(spread).items()})
     if cgv:
         report["cgv"] = variance
     return report
@@ -70,20 +81,45 @@ def _described(run: Run, model: ModelChoice) -> dict:
 
 
 def evaluate_outcome(
-    run: Run, reached: Outcome, store: ArtifactStore, cgv: bool, model: ModelChoice
+    run: Run,
+    reached: Outcome,
+    store: ArtifactStore,
+    cgv: bool,
+    model: ModelChoice,
+    console: Console | None = None,
 ) -> dict:
     """`evaluate_run`'s report with `diverged`: None, or for a run that diverged the round it
     diverged in, and no scores (it has no model to score)."""
     if reached.diverged is None:
-        report = evaluate_run(run, reached.group, store, cgv=cgv, model=model)
+        report = evaluate_run(run, reached.group, store, cgv=cgv, model=model, console=console)
         return {**report, "diverged": None}
     unscored = {field.name: None for field in fields(Scores)}
+    if run.spec.eval.client_test is not None:
+        unscored |= {f"client_test_{name}": None for name in ("mean", "worst_decile", "std")}
     return {
         **_described(run, model),
         "diverged": reached.diverged_round,
         **unscored,
         **({"cgv": None} if cgv else {}),
     }
+
+
+def stored_model(run: Run, model: ModelChoice, console: Console) -> ModelChoice:
+    """`model`, except for `best` of a personalized run (FedBN, SiloBN): `final`, said in one line.
+
+    Such a run stores its clients' own entries for the final round only; its stored best is the
+    server's state at the best round, whose clients' entries are gone, and pairing it with the
+    final round's would score a model no client ever held.
+    """
+    if model == "best" and run.spec.algorithm.personalized:
+        console.print(
+            f"{run.label}: best not stored for personalized runs (clients' own models are kept "
+            "for the final round only); using final",
+            markup=False,
+            soft_wrap=True,
+        )
+        return "final"
+    return model
 
 
 def network_scores(
@@ -93,8 +129,9 @@ def network_scores(
     final model.
 
     For personalized algorithms (FedBN, SiloBN) the global figures are means over the clients'
-    own models, as during training, and each client is scored with its own model (NaN for a
-    client without samples).
+    own models, as during training, and each client is scored with its own model (its own BN
+    entries; the global model for a client that never trained); every other method scores each
+    client with the global model. A client without samples scores NaN.
     """
     if "model" not in group:
         raise InputError(
@@ -103,11 +140,6 @@ def network_scores(
     setup = build_setup(run.spec, ctx.upstream(run.node, "partition"))
     clients = list(setup.clients)  # a trainer may replace them (centralized: their union)
     trainer = run.spec.algorithm.trainer_class()(run.spec.algorithm, setup)
-    if which == "best" and run.spec.algorithm.personalized:
-        raise InputError(
-            f"--model best: {run.algorithm_label} keeps each client's own model entries, stored "
-            "for the final round only; use --model final"
-        )
     model = trainer.build_model().to(setup.device)
     chosen = tensors.load(group["model"], which, setup.device)
     own = read_client_states(group["model"], setup.device) if "clients" in group["model"] else {}
@@ -120,22 +152,36 @@ def network_scores(
             per_class_accuracy(model, x, y, ds.num_classes),
         )
 
+    def client_accuracy(client: int, data: ClientData) -> float:
+        """Accuracy on `data` of the model client `client` uses."""
+        if not data.n:
+            return float("nan")
+        state = trainer.evaluation_states(chosen, {client: own.get(client, {})})[0]
+        model.load_state_dict(state)
+        return evaluate(model, data.x, data.y, num_classes=ds.num_classes)[0]
+
     tested = [
         scores(state, ds.test_x, ds.test_y) for state in trainer.evaluation_states(chosen, own)
     ]
     accuracies, losses, per_class = zip(*tested, strict=True)
+    tests = client_tests(run, ctx, setup.device)
     result = Scores(
         accuracy=float(np.mean(accuracies)),
         loss=float(np.mean(losses)),
         per_class=np.nanmean(np.asarray(per_class), axis=0).tolist(),
-        per_client=[
-            scores(trainer.evaluation_states(chosen, {c.id: own.get(c.id, {})})[0], c.x, c.y)[0]
-            if c.n
-            else float("nan")
-            for c in clients
-        ],
+        per_client=[client_accuracy(c.id, c) for c in clients],
+        client_test=None if tests is None else [client_accuracy(t.id, t) for t in tests],
     )
     if not cgv:
         return result, None
     model.load_state_dict(tensors.load(group["model"], "final", setup.device))
     return result, client_gradient_variance(model, clients)
+
+
+def client_tests(run: Run, ctx: RunContext, device: torch.device) -> list[ClientData] | None:
+    """Each client's own test set (computed and stored on first use), or None without
+    `eval.client_test`."""
+    node = client_test_node(run.spec)
+    if node is None:
+        return None
+    return client_test_data(run.spec, ctx.upstream(node, "partition"), ensure(node, ctx), device)

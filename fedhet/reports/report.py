@@ -29,8 +29,14 @@ from fedhet.execution.results import outcome, result_row
 from fedhet.figures import Curve, metric_curves
 from fedhet.metrics.summary import best_label, rounds_to_reach
 from fedhet.reports.comparison import paired_section
+from fedhet.reports.evaluation import evaluate_run
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
+CLIENT_TEST_METRICS = {
+    "client_test_mean": "Mean over clients",
+    "client_test_worst_decile": "Worst 10% of clients (mean of the lowest ceil(K/10))",
+    "client_test_std": "Spread over clients (std, ddof=0)",
+}
 
 
 def _mean(values) -> float:
@@ -176,6 +182,41 @@ def _cell(group: list[dict], metric: str, cell: Callable[[list], str]) -> str:
     return cell([r[metric] for r in group]) + mark
 
 
+def client_test_section(
+    rows: list[dict], runs: list[Run], store: ArtifactStore, console: Console
+) -> str:
+    """Per-client accuracy of each run's final model on the clients' own test sets
+    (`eval.client_test`): its mean, worst decile and spread over clients, each summarized over
+    seeds. A diverged run, or a method that does not measure it, counts as not measured."""
+    by_key = {run.node.key: run for run in runs}
+    spreads = []
+    for row in rows:
+        run = by_key[row["key"]]
+        measured = None
+        if row["diverged"] is None:
+            group = store.open(run.node.stage, run.node.key)
+            measured = evaluate_run(run, group, store, console=console)
+        spreads.append(
+            {
+                **row,
+                **{
+                    name: math.nan if measured is None else measured.get(name, math.nan)
+                    for name in CLIENT_TEST_METRICS
+                },
+            }
+        )
+    tables = [
+        f"{title}\n\n" + markdown_table(spreads, name)
+        for name, title in CLIENT_TEST_METRICS.items()
+    ]
+    return (
+        "## Per-client test accuracy\n\nEach client scored on its own test set (drawn from the "
+        "test split in its training label proportions) with the final model it uses (its own BN "
+        "entries for FedBN and SiloBN, else the global model); clients without samples are "
+        "left out. Over the seeds: mean ± std (%) of each run's figure.\n\n" + "\n\n".join(tables)
+    )
+
+
 def cost_table(rows: list[dict]) -> str:
     """Mean cost of one round per group; wall time also relative to the setting's first
     algorithm."""
@@ -275,7 +316,8 @@ def write_report(
     """The report of `runs` into `out_dir` (markdown and curves); the paired comparisons are
     against `baseline` (an algorithm label), else the matrix's first algorithm."""
     reference = reference_algorithm(runs, baseline)
-    rows = collect(runs, store, console or Console(stderr=True), train)
+    console = console or Console(stderr=True)
+    rows = collect(runs, store, console, train)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, png = out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.png"
     metric_curves({label: seed_curves(rows, m) for m, label in CURVES.items()}, png, spec.name)
@@ -306,6 +348,8 @@ def write_report(
         + markdown_table(rows, "rounds_to_reference", _rounds)
     )
     sections.append(paired_section(cells(rows), reference, target))
+    if spec.eval.client_test is not None:
+        sections.append(client_test_section(rows, runs, store, console))
     sections += [
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds; "
         "a round trip is one server-client exchange.\n\n" + cost_table(rows),

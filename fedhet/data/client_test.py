@@ -1,0 +1,104 @@
+"""The `client_test` stage: each client's own test set, drawn from the dataset's TEST split.
+
+With `eval.client_test: {per_client: N}`, client k's test set holds N test samples in the label
+proportions p_k of its training samples (the partition's histogram row): class c gets N p_kc
+samples, rounded by largest remainder, drawn without replacement from the test samples of class c
+with client k's own generator (fedhet.core.rng, path "client_test", k). A class with fewer test
+samples than its share gives all of them, so such a client's set is smaller than N. Clients draw
+independently: two clients may share a test sample (the test split is small next to the training
+data, and each set only estimates accuracy under its client's distribution). A client without
+training samples gets no test set. Nothing here touches training data, so every test set is
+disjoint from every client's training samples.
+
+A fixed size per client (not proportional to its training size) gives every client's accuracy the
+same sampling noise, so the worst clients are not merely the smallest.
+
+The artifact holds index arrays into the test split (`indices`, `offsets`, as the partition's).
+Its key: the partition's key (dataset, partition, seed) and `per_client`; the option enters no
+other key, since no other stage's result depends on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import zarr
+
+from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.core.rng import numpy_rng
+from fedhet.core.spec import Spec
+from fedhet.data.clients import ClientData
+from fedhet.data.datasets import load_dataset, rotate
+from fedhet.data.partition_plan import partition_node
+from fedhet.data.partition_stage import load_index_lists, load_partition, save_index_lists
+
+VERSION = 1
+
+
+def client_test_node(spec: Spec) -> StageNode | None:
+    """The node of the spec's per-client test sets; None without `eval.client_test`."""
+    option = spec.eval.client_test
+    if option is None:
+        return None
+    config = {"per_client": option.per_client}
+    return StageNode("client_test", VERSION, config, {"partition": partition_node(spec)})
+
+
+@stage("client_test")
+def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
+    data = ctx.spec.data
+    dataset = load_dataset(data.dataset, data.root, data.download)
+    histogram = load_partition(ctx.upstream(node, "partition")).histogram
+    tests = draw_client_tests(
+        histogram, dataset.test_y.numpy(), node.config["per_client"], ctx.spec.seed
+    )
+    save_index_lists(out, tests)
+
+
+def draw_client_tests(
+    histogram: np.ndarray, test_labels: np.ndarray, per_client: int, seed: int
+) -> list[np.ndarray]:
+    """Per client (a row of the clients x classes `histogram`), sorted indices into the test split
+    (see the module docstring)."""
+    pools = [np.flatnonzero(test_labels == c) for c in range(histogram.shape[1])]
+    available = np.array([len(pool) for pool in pools])
+    tests = []
+    for client, counts in enumerate(histogram):
+        if counts.sum() == 0:
+            tests.append(np.zeros(0, dtype=np.int64))
+            continue
+        wanted = np.minimum(largest_remainder(counts / counts.sum(), per_client), available)
+        rng = numpy_rng(seed, "client_test", client)
+        drawn = [
+            rng.choice(pool, size=n, replace=False) for pool, n in zip(pools, wanted, strict=True)
+        ]
+        tests.append(np.sort(np.concatenate(drawn)).astype(np.int64))
+    return tests
+
+
+def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
+    """Integer counts summing to `total`, as close to `shares * total` as rounding allows: the
+    floors, plus one for the largest remainders (ties: the lower index)."""
+    quotas = shares * total
+    counts = np.floor(quotas).astype(np.int64)
+    order = np.argsort(-(quotas - counts), kind="stable")
+    counts[order[: total - counts.sum()]] += 1
+    return counts
+
+
+def client_test_data(
+    spec: Spec, partition: zarr.Group, client_test: zarr.Group, device: torch.device
+) -> list[ClientData]:
+    """Each client's test samples (from a `client_test` artifact) on `device`; with a rotation
+    feature shift, rotated by the client's own angle (its domain)."""
+    ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
+    angles = load_partition(partition).angles
+    clients = []
+    for cid, idx in enumerate(load_index_lists(client_test)):
+        x = ds.test_x[torch.from_numpy(idx)]
+        if angles is not None and angles[cid] != 0:
+            x = rotate(x, float(angles[cid]), ds.mean, ds.std)
+        clients.append(ClientData(cid, x.to(device), ds.test_y[torch.from_numpy(idx)].to(device)))
+    return clients
