@@ -115,11 +115,11 @@ def test_an_unexpected_exception_is_one_line_with_the_traceback_in_a_file(
     match = CRASH_LINE.fullmatch(errors[0])
     assert match, errors[0]
     kind, module, function, message, path = match.groups()
-    assert (module, function) == ("partition_stage.py", "load_partition")
+    assert (module, function) == ("partition_stage.py", "load_index_lists")
     written = Path(path).read_text()
     assert Path(path).parent == tmp_path
     assert written.startswith("Traceback (most recent call last)")
-    assert f"{kind}: {message}" in written and "load_partition" in written
+    assert f"{kind}: {message}" in written and "load_partition" in written  # the caller
     assert not list(store.glob("*/*.tmp-*"))  # the train artifact's temporary is gone
 
 

@@ -68,7 +68,10 @@ def test_overrides_give_the_keys_of_an_edited_file(fedhet: CliRunner, tmp_path: 
         ("federation.rounds=abc", "override 'federation.rounds=abc': federation.rounds: "),
         ("federation.roundz=3", "override 'federation.roundz=3': federation.roundz: unknown"),
         ("matrix.sead=[0,1]", "override 'matrix.sead=[0,1]': "),  # matrix takes any axis name
-        ("algorithm.mu=0.1", "override 'algorithm.mu=0.1': algorithm.mu: unknown field"),
+        (
+            "algorithm.mu=0.1",
+            "override 'algorithm.mu=0.1': algorithm.mu: applies to algorithm fedbr, fedprox only",
+        ),
         ("seed.value=1", "override 'seed.value=1': seed is a value, not a section"),
         ("rounds", "override 'rounds': expected PATH=VALUE"),
         ("seed=[1", "override 'seed=[1': the value is not valid YAML"),

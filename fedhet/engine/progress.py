@@ -41,16 +41,24 @@ class ProgressLines(AbstractContextManager):
     def __init__(self, console: Console, enabled: bool, unit: str):
         self.console, self.enabled, self.unit = console, enabled, unit
         self._tasks: list[tuple[str, int, float]] = []  # description, total, started
+        self._done: list[int] = []  # units completed, per task
 
     def add_task(self, description: str, total: int, **fields: Any) -> int:
         self._tasks.append((description, total, time.monotonic()))
+        self._done.append(0)
         return len(self._tasks) - 1
 
+    def advance(self, task: int, amount: int) -> None:
+        self.update(task, self._done[task] + amount, note="")
+
     def update(self, task: int, completed: int, note: str | None = None, **_: Any) -> None:
-        """A line for a note at a step, none for a position alone (where a resumed run starts)."""
+        """A line for a note past a step, none for a position alone (where a resumed run
+        starts)."""
         description, total, started = self._tasks[task]
         step = max(1, math.ceil(total / LINES))
-        if not self.enabled or note is None or (completed % step and completed != total):
+        crossed = completed // step > self._done[task] // step or completed == total
+        self._done[task] = completed
+        if not self.enabled or note is None or not crossed:
             return
         elapsed = round(time.monotonic() - started)
         self.console.print(
