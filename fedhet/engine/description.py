@@ -56,6 +56,9 @@ class MethodConfig(AlgorithmSpec):
     personalized: ClassVar[bool] = False
     # "package.module:Class" of the method's trainer; None: no federated training of its own
     trainer: ClassVar[str | None] = "fedhet.engine.trainer:Trainer"
+    # Stored metrics that mean nothing for the method (centralized: one model, so no weight
+    # divergence between clients): reports and plots leave them out
+    undefined_metrics: ClassVar[frozenset[str]] = frozenset()
 
     def plan(self, spec: Spec) -> StageNode:
         """The run's final stage node, its upstream stages beneath it."""
@@ -64,6 +67,10 @@ class MethodConfig(AlgorithmSpec):
     def learning_rates(self, spec: Spec) -> list[float]:
         """The learning rate of each round of the run's stored metrics."""
         return [round_lr(spec.federation, r) for r in range(spec.federation.rounds)]
+
+    def stage_starts(self, spec: Spec) -> list[int]:
+        """The rounds after which a new stage of the run starts (TCT's stage 2), for plots."""
+        return []
 
     def extendable(self, spec: Spec, rounds: int) -> bool:
         """Whether the first `rounds` rounds of a run of `spec` are the run of `spec` stopped

@@ -90,6 +90,8 @@ def collect(runs: list[Run], store: ArtifactStore, console: Console, train: bool
             environment=environment,
             environment_changes=provenance.changes(environment, run.spec.runtime),
             stage_seconds=stage_seconds(run, store),
+            undefined=run.spec.algorithm.undefined_metrics,
+            stage_starts=run.spec.algorithm.stage_starts(run.spec),
         )
         rows.append(row)
     _announce_other_environments(rows, console)
@@ -284,13 +286,28 @@ def seed_curves(rows: list[dict], metric: str) -> dict[str, dict[str, Curve]]:
         for (algorithm, setting), group in cells(rows).items():
             stacked = np.stack(
                 [  # a diverged run's curve ends early: NaN after its end
-                    np.pad(v, (0, rounds - len(v)), constant_values=np.nan)
-                    for v in (r["metrics"][metric] for r in group)
+                    np.pad(
+                        _defined(r, metric),
+                        (0, rounds - len(r["metrics"][metric])),
+                        constant_values=np.nan,
+                    )
+                    for r in group
                 ]
             )
             mean, std = np.nanmean(stacked, axis=0), np.nanstd(stacked, axis=0)
             curves[setting][algorithm] = Curve(mean, std, len(group))
     return dict(curves)
+
+
+def _defined(row: dict, metric: str) -> np.ndarray:
+    """The run's metric per round; all NaN where its method does not define it."""
+    values = np.asarray(row["metrics"][metric], dtype=float)
+    return np.full_like(values, np.nan) if metric in row.get("undefined", ()) else values
+
+
+def stage_boundaries(rows: list[dict]) -> dict[str, list[int]]:
+    """algorithm label -> the rounds after which its runs start a new stage (TCT's stage 2)."""
+    return {r["algorithm"]: r["stage_starts"] for r in rows if r.get("stage_starts")}
 
 
 def environments(rows: list[dict]) -> str:
@@ -320,7 +337,8 @@ def write_report(
     rows = collect(runs, store, console, train)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, png = out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.png"
-    metric_curves({label: seed_curves(rows, m) for m, label in CURVES.items()}, png, spec.name)
+    panels = {label: seed_curves(rows, m) for m, label in CURVES.items()}
+    metric_curves(panels, png, spec.name, stage_boundaries(rows))
     header = (
         f"# {spec.name}\n\n{spec.description.strip()}\n\n"
         f"{best_label(rows)}, in %: mean ± standard deviation over seeds (np.std, ddof=0; no "

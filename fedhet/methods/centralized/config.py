@@ -10,6 +10,7 @@ from fedhet.engine.description import MethodConfig
 
 class CentralizedConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.centralized.algorithm:Centralized"
+    undefined_metrics: ClassVar[frozenset[str]] = frozenset({"divergence"})
     name: Literal["centralized"] = "centralized"
 
     def check(self, spec) -> None:

@@ -61,6 +61,10 @@ class TCTConfig(MethodConfig):
         stage1 = super().learning_rates(bootstrap_spec(spec, self.stage1, self.stage1_rounds(spec)))
         return stage1 + [self.stage2.lr] * self.stage2.rounds
 
+    def stage_starts(self, spec: Spec) -> list[int]:
+        """Stage 2 starts after stage 1's rounds."""
+        return [self.stage1_rounds(spec)]
+
     def score_artifact(
         self, ctx: RunContext, node: StageNode, artifact: zarr.Group, model: ModelChoice
     ) -> Scores:
