@@ -19,6 +19,8 @@ from test_engine import (
 
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import parse_spec
+from fedhet.engine.client_executors import client_executor
+from fedhet.engine.executor import SequentialExecutor
 from fedhet.engine.local import buffer_weight, effective_steps
 from fedhet.engine.loop import Checkpoints
 from fedhet.models import build_model
@@ -91,6 +93,7 @@ def test_effective_steps_of_a_kept_buffer_are_its_displacement():
     torch.testing.assert_close(opt.state[p]["momentum_buffer"], buffer_weight(steps, rho, w0) * g)
 
 
+BUFFERS = "federation.momentum_buffers: client"
 KEPT = {
     "algorithm": {"name": "scaffold"},
     "federation": {
@@ -183,3 +186,14 @@ def test_local_momentum_shows_in_the_label_and_only_when_set():
     unset = parse_spec({"algorithm": {"name": "fedavg"}}).algorithm
     assert (set_.label(), unset.label()) == ("fedavg(momentum 0.9)", "fedavg")
     assert "local_momentum" not in unset.model_dump() and set_.model_dump()["local_momentum"] == 0.9
+
+
+def test_kept_buffers_train_clients_one_at_a_time(tmp_path):
+    engine = make_engine(make_setup(**KEPT), tmp_path)
+    trainer = engine.algorithm
+    assert isinstance(client_executor("auto", trainer, CPU, print), SequentialExecutor)
+    said: list[str] = []
+    vectorized = client_executor("vectorized", trainer, CPU, said.append)
+    jobs = engine.make_jobs(0, engine.initial_state(), [0, 1])
+    assert vectorized.map(lambda job: job.client.id, jobs) == [0, 1]  # each job on its own
+    assert said == ["clients: training sequentially, not vectorized (" + BUFFERS + ")"]
