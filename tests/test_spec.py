@@ -69,8 +69,10 @@ def test_empty_spec_gets_every_default():
         for part in path:
             node, model = node[part], getattr(model, part)
         fields = set(type(model).model_fields)
-        left_out = fields - set(node)  # only options that are off may be left out of the dump
-        assert set(node) <= fields and all(getattr(model, f) is None for f in left_out), path
+        left_out = fields - set(node)  # only options that are off may be left out of the dump:
+        # unset, or holding a default that keeps every key (OMIT_IF_DEFAULT)
+        off = {f for f in fields if getattr(model, f) is None} | set(model.omitted_fields())
+        assert set(node) <= fields and left_out <= off, path
     assert (spec.data.dataset, spec.partition.scheme, spec.algorithm.name) == (
         "digits",
         "iid",
@@ -416,6 +418,22 @@ BAD_SPECS = {
     "out of range": (
         with_value(TINY_SPEC, "partition.alpha", -1.0),
         ["partition.alpha", "greater than 0", "-1.0"],
+    ),
+    "unknown momentum buffers": (
+        with_value(TINY_SPEC, "federation.momentum_buffers", "keep"),
+        ["federation.momentum_buffers", "'reset' or 'client'", "'keep'"],
+    ),
+    "local momentum out of range": (
+        with_value(TINY_SPEC, "algorithm.local_momentum", 1.0),
+        ["algorithm.local_momentum", "less than 1", "1.0"],
+    ),
+    "kept buffers of a method with its own optimizers": (
+        with_value(
+            with_value(TINY_SPEC, "algorithm", {"name": "fedbr"}),
+            "federation.momentum_buffers",
+            "client",
+        ),
+        ["federation.momentum_buffers: client is not supported by fedbr", "use reset"],
     ),
 }
 

@@ -258,6 +258,11 @@ class FederationSpec(Section):
         1.0, gt=0, le=1, description="learning rate multiplied by this per round"
     )
     momentum: float = Field(0.0, ge=0, lt=1)
+    momentum_buffers: Annotated[Literal["reset", "client"], OMIT_IF_DEFAULT] = Field(
+        "reset",
+        description="reset: every round's local optimizer starts with an empty momentum buffer; "
+        "client: each client keeps its buffer across rounds (in its state, checkpointed)",
+    )
     weight_decay: float = Field(0.0, ge=0)
     system: Annotated[SystemSpec | None, OMIT_IF_DEFAULT, AfterValidator(absent_when_default)] = (
         Field(None, description="system heterogeneity: local work, availability, stragglers")

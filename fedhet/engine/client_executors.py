@@ -5,8 +5,8 @@ fedhet.engine.vectorized).
 Vectorized training takes the sequential path's steps but rounds differently in float32, so
 the executor that ran is recorded in the artifact's environment. It runs what a trainer's
 `vectorized_term` describes; a round it cannot run (BatchNorm, an objective other than
-cross-entropy, a client hook the term does not stand for, a synchronized first step) runs
-sequentially, said once per run.
+cross-entropy, a client hook the term does not stand for, a synchronized first step, momentum
+buffers kept across rounds) runs sequentially, said once per run.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def why_sequential(trainer: Trainer, model: nn.Module) -> str | None:
     reason = cannot_vectorize(model)
     if reason is not None:
         return reason
+    if trainer.keeps_buffers:
+        return "federation.momentum_buffers: client"
     if not isinstance(trainer.objective, CrossEntropy):
         return "its local objective is not cross-entropy"
     mro = type(trainer).__mro__
@@ -87,7 +89,7 @@ class VectorizedExecutor:
             )
             for job in jobs
         ]
-        settings = SGDSettings(jobs[0].lr, fed.momentum, fed.weight_decay)
+        settings = SGDSettings(jobs[0].lr, self.trainer.momentum, fed.weight_decay)
         try:
             trained = train_cohort(self.model, jobs[0].global_state, clients, settings, term)
         except CohortDivergence as diverged:
@@ -111,9 +113,11 @@ class VectorizedExecutor:
 def client_executor(
     setting: str, trainer: Trainer, device: torch.device, say: Callable[[str], None]
 ) -> ClientExecutor:
-    """The executor `runtime.clients` asks for (auto: `auto_choice` for the trainer's model)."""
+    """The executor `runtime.clients` asks for (auto: `auto_choice` for the trainer's model,
+    sequential where clients keep momentum buffers)."""
     if setting == "auto":
-        setting = auto_choice(trainer.build_model(), trainer.setup.clients_per_round)
+        auto = auto_choice(trainer.build_model(), trainer.setup.clients_per_round)
+        setting = SEQUENTIAL if trainer.keeps_buffers else auto  # kept buffers: sequential
     if setting == VECTORIZED:
         return VectorizedExecutor(trainer, device, say)
     return SequentialExecutor()

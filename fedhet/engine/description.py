@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+from pydantic import Field
 
 from fedhet.core.errors import InputError, RunError
-from fedhet.core.sections import AlgorithmSpec, Section
+from fedhet.core.sections import OMIT_IF_DEFAULT, AlgorithmSpec, Section
 from fedhet.engine.schedule import round_lr
 from fedhet.engine.train_plan import train_node
 
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     import zarr
 
     from fedhet.core.pipeline import RunContext, StageNode
-    from fedhet.core.spec import Spec
+    from fedhet.core.spec import FederationSpec, Spec
     from fedhet.metrics.accuracy import Scores
 
 ModelChoice = Literal["final", "best"]
@@ -59,6 +61,26 @@ class MethodConfig(AlgorithmSpec):
     # Stored metrics that mean nothing for the method (centralized: one model, so no weight
     # divergence between clients): reports and plots leave them out
     undefined_metrics: ClassVar[frozenset[str]] = frozenset()
+    # False where the method's clients' states are not theirs to extend with momentum buffers
+    # (`federation.momentum_buffers: client`): its own optimizers, or states that are models
+    keeps_momentum_buffers: ClassVar[bool] = True
+
+    local_momentum: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="the clients' SGD momentum for this algorithm; default: federation.momentum",
+    )
+
+    def client_momentum(self, fed: FederationSpec) -> float:
+        """The momentum of the clients' local SGD: `local_momentum`, else federation's."""
+        return fed.momentum if self.local_momentum is None else self.local_momentum
+
+    def label(self) -> str:
+        """The row label, with the algorithm's own momentum when it sets one."""
+        if self.local_momentum is None:
+            return super().label()
+        return f"{super().label()}(momentum {self.local_momentum:g})"
 
     def plan(self, spec: Spec) -> StageNode:
         """The run's final stage node, its upstream stages beneath it."""
@@ -101,6 +123,10 @@ class MethodConfig(AlgorithmSpec):
             )
         for config in self.objectives():
             config.check(spec)
+        if spec.federation.momentum_buffers == "client" and not self.keeps_momentum_buffers:
+            raise InputError(
+                f"federation.momentum_buffers: client is not supported by {self.name}; use reset"
+            )
 
     def objectives(self) -> list[ObjectiveConfig]:
         """The configs of the objective wrappers turned on (at most one trains)."""

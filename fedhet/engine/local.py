@@ -47,20 +47,33 @@ class Divergence(Exception):
 class LocalStats:
     steps: int
     mean_loss: float
+    carried: float = 0.0  # gradient weight of the momentum buffer the round started from
 
 
-def effective_steps(steps: int, momentum: float) -> float:
+def effective_steps(steps: int, momentum: float, carried: float = 0.0) -> float:
     """a = sum_{k<steps} (1 - rho^(k+1)) / (1 - rho): the local displacement of SGD with
     momentum rho, in units of lr times a gradient (a weighted sum of the step's gradients whose
-    weights total a); `steps` without momentum."""
+    weights total a); `steps` without momentum. A round that starts from a kept buffer whose
+    gradients weigh `carried` in total (`buffer_weight`) moves by carried * rho^(k+1) more at
+    step k."""
     if momentum == 0:
         return float(steps)
-    return sum((1 - momentum ** (k + 1)) / (1 - momentum) for k in range(steps))
+    return sum(
+        (1 - momentum ** (k + 1)) / (1 - momentum) + carried * momentum ** (k + 1)
+        for k in range(steps)
+    )
 
 
-def sgd(model: nn.Module, fed: FederationSpec, lr: float) -> torch.optim.SGD:
+def buffer_weight(steps: int, momentum: float, carried: float) -> float:
+    """The total weight of the gradients in a momentum buffer after `steps` steps from a buffer
+    of weight `carried` (0: empty): w <- rho w + 1 per step."""
+    return momentum**steps * carried + (1 - momentum**steps) / (1 - momentum)
+
+
+def sgd(model: nn.Module, lr: float, momentum: float, fed: FederationSpec) -> torch.optim.SGD:
+    """The clients' local SGD (`momentum`: `MethodConfig.client_momentum`)."""
     return torch.optim.SGD(
-        model.parameters(), lr=lr, momentum=fed.momentum, weight_decay=fed.weight_decay
+        model.parameters(), lr=lr, momentum=momentum, weight_decay=fed.weight_decay
     )
 
 

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from fedhet.data.clients import ClientData
-from fedhet.engine import objectives, tensors
+from fedhet.engine import momentum_buffers, objectives, tensors
 from fedhet.engine.description import MethodConfig
 from fedhet.engine.local import LocalStats, batch_schedule, local_sgd, sgd
 from fedhet.engine.setup import TrainSetup
@@ -77,6 +77,9 @@ class Trainer:
         self.config = config
         self.setup = setup
         self.fed = setup.spec.federation
+        self.momentum = config.client_momentum(self.fed)  # of the clients' local SGD
+        # each client's momentum buffer is kept in its state across rounds
+        self.keeps_buffers = self.fed.momentum_buffers == "client" and self.momentum > 0
 
     # --- model --------------------------------------------------------------------------
 
@@ -168,14 +171,21 @@ class Trainer:
 
     def client_update(self, job: ClientJob) -> ClientResult:
         model = job.model
+        optimizer = sgd(model, job.lr, self.momentum, self.fed)
+        carried = 0.0
+        if self.keeps_buffers:
+            carried = momentum_buffers.restore(optimizer, model, job.client_state)
         stats = local_sgd(
             model,
             job.client,
             self.client_batches(job),
-            sgd(model, self.fed, job.lr),
+            optimizer,
             lambda m, x, y: self.local_loss(job, m, x, y),
             before_step=lambda m: self.before_step(job, m),
             first_step=job.first_step,
             after_step=lambda m: self.after_step(job, m),
         )
+        if self.keeps_buffers:
+            momentum_buffers.keep(optimizer, model, job.client_state, stats.steps, carried)
+            stats.carried = carried
         return ClientResult(job.client.id, tensors.clone(model.state_dict()), job.client.n, stats)

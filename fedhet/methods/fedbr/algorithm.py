@@ -100,7 +100,7 @@ class LocalRound:
         self.global_features = frozen_copy(model.net.features)
         self.net_params = list(model.net.parameters())
         self.projection_params = list(model.projection.parameters())
-        sgd = {"lr": lr, "momentum": fed.momentum, "weight_decay": fed.weight_decay}
+        sgd = {"lr": lr, "momentum": config.client_momentum(fed), "weight_decay": fed.weight_decay}
         self.main = torch.optim.SGD(self.net_params, **sgd)
         self.adversary = torch.optim.SGD(self.projection_params, maximize=True, **sgd)
         self._global_cache: tuple[torch.Tensor, torch.Tensor] | None = None

@@ -67,6 +67,7 @@ _VARIANTS = {
 
 class FedBRConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedbr.algorithm:FedBR"
+    keeps_momentum_buffers: ClassVar[bool] = False  # two optimizers of its own each round
     name: Literal["fedbr"] = "fedbr"
     pseudo: PseudoSpec = PseudoSpec()
     debias_classifier: bool = Field(True, description="component 1: CE(pseudo, uniform)")

@@ -16,6 +16,8 @@ from fedhet.engine.description import MethodConfig
 class _BatchNormConfig(MethodConfig):
     """Every algorithm here acts on the model's BatchNorm layers: it must have some."""
 
+    keeps_momentum_buffers: ClassVar[bool] = False  # clients' states are BN model entries
+
     def check(self, spec) -> None:
         super().check(spec)
         if "batch" in norm_kinds(spec.model):

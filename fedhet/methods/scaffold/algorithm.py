@@ -57,16 +57,17 @@ class Scaffold(Trainer):
             job.client_state.update(tensors.zeros_like(job.server_state))
         return job.client_state
 
-    def _step_count(self, steps: int) -> float:
-        """a_i: the displacement of the round in units of lr times a gradient."""
+    def _step_count(self, steps: int, carried: float = 0.0) -> float:
+        """a_i: the displacement of the round in units of lr times a gradient (a kept momentum
+        buffer's `carried` gradient weight included, see `effective_steps`)."""
         if self.config.correction == "after_step":
             return float(steps)
-        return effective_steps(steps, self.fed.momentum)
+        return effective_steps(steps, self.momentum, carried)
 
     def client_update(self, job: ClientJob) -> ClientResult:
         c_i = self._client_control(job)
         result = super().client_update(job)
-        scale = 1.0 / (self._step_count(result.stats.steps) * job.lr)
+        scale = 1.0 / (self._step_count(result.stats.steps, result.stats.carried) * job.lr)
         new, result.upload = updated_control(
             job.server_state, c_i, job.global_state, result.state, scale
         )

@@ -50,6 +50,6 @@ def stage1_federation(spec: Spec, stage1: Stage1Spec, rounds: int) -> Federation
 def bootstrap_spec(spec: Spec, stage1: Stage1Spec, rounds: int) -> Spec:
     """The plain FedAvg spec whose train stage is TCT's stage 1 (`rounds` rounds)."""
     data = spec.model_dump(mode="json", exclude={"matrix"})
-    data["algorithm"] = {"name": "fedavg"}
+    data["algorithm"] = {"name": "fedavg", "local_momentum": spec.algorithm.local_momentum}
     data["federation"] = stage1_federation(spec, stage1, rounds).model_dump(mode="json")
     return parse_run(data, "tct stage 1")
