@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from fedhet.data.partition import make_partition
 from fedhet.engine import tensors
 from fedhet.engine.loop import Checkpoints, Engine, sample_clients
 from fedhet.engine.setup import TrainSetup
+from fedhet.methods.fedimpro import objective
 from fedhet.methods.fedimpro.algorithm import MEAN, VAR, FedImpro, resolve_split
 from fedhet.methods.fedimpro.dissimilarity import decoupled_cgv
 from fedhet.methods.fedimpro.objective import decoupled_loss, official_loss, parameter_groups
@@ -57,6 +59,21 @@ def test_update_matches_a_per_class_moving_average_reference():
     update_statistics(mean, var, feats, labels, momentum=0.8)
     assert torch.allclose(mean, expected_mean, atol=1e-6)
     assert torch.allclose(var, expected_var, atol=1e-6)
+
+
+def test_sample_count_rate_is_the_authors_rule():
+    """mean_c <- (1 - r_c) mean_c + r_c batch mean_c with r_c = min(1, n_c / 5000), by hand."""
+    mean, var = torch.zeros(3, 2), torch.ones(3, 2)
+    feats = torch.tensor([[1.0, 2.0], [3.0, 2.0], [5.0, 8.0]])
+    labels = torch.tensor([0, 0, 2])
+    update_statistics(mean, var, feats, labels, momentum=0.9, rate_samples=4)
+    # class 0: n = 2, r = 0.5, batch mean (2, 2), unbiased var (2, 0); class 1 absent;
+    # class 2: n = 1, r = 0.25, mean moves, the variance of one sample does not exist
+    assert torch.allclose(mean, torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.25, 2.0]]))
+    assert torch.allclose(var, torch.tensor([[1.5, 0.5], [1.0, 1.0], [1.0, 1.0]]))
+    full = torch.zeros(3, 2), torch.ones(3, 2)
+    update_statistics(*full, feats, labels, momentum=0.9, rate_samples=1)  # r capped at 1
+    assert torch.allclose(full[0], torch.tensor([[2.0, 2.0], [0.0, 0.0], [5.0, 8.0]]))
 
 
 def test_statistics_converge_to_the_true_per_class_moments():
@@ -255,13 +272,15 @@ def make_engine(algorithm: dict, folder, rounds: int = 2) -> Engine:
 def test_defaults_are_the_authors_objective_ramp_and_std_clip():
     config = digits_setup({"name": "fedimpro"}).spec.algorithm
     assert (config.objective, config.weight, config.std_clip) == ("official", 1.0, 0.1)
+    assert (config.ramp_rounds, config.ramp) == (500, None)
 
 
 @pytest.mark.parametrize(
     ("options", "rounds", "expected"),
     [
-        ({}, 40, [0.0, 0.05, 1.0, 1.95]),  # 1 at half the run, as 500 of the authors' 1000
-        ({"ramp_rounds": 500}, 40, [0.0, 0.002, 0.04, 0.078]),  # the authors' form as is
+        ({}, 40, [0.0, 0.002, 0.04, 0.078]),  # the authors' t / 500 in absolute rounds
+        ({"ramp_rounds": 20, "weight": 0.5}, 40, [0.0, 0.025, 0.5, 0.975]),
+        ({"ramp": 0.5}, 40, [0.0, 0.05, 1.0, 1.95]),  # w at half the run
         ({"ramp": 0.25, "weight": 0.5}, 40, [0.0, 0.05, 1.0, 1.95]),
         ({"ramp": 0}, 40, [1.0, 1.0, 1.0, 1.0]),
     ],
@@ -271,6 +290,60 @@ def test_sampled_weight_rises_linearly_and_uncapped(options, rounds, expected):
     algo = FedImpro(setup.spec.algorithm, setup)
     got = [algo.sampled_weight(t) for t in (0, 1, rounds // 2, rounds - 1)]
     assert got == pytest.approx(expected)
+
+
+def test_a_fractional_ramp_replaces_the_default_ramp_rounds_and_only_it_depends_on_the_total():
+    spec = digits_setup({"name": "fedimpro", "ramp": 0.5}, 4).spec
+    assert spec.algorithm.ramp_rounds is None
+    assert not spec.algorithm.extendable(spec, 2)
+    spec = digits_setup({"name": "fedimpro"}, 4).spec
+    assert spec.algorithm.extendable(spec, 2)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"ramp": 0.5, "ramp_rounds": 100}, "give either ramp (a fraction of the run) or "),
+        ({"ramp_rounds": None}, "ramp_rounds is null: give ramp"),
+        ({"rate_samples": 5000, "momentum": 0.5}, "give either momentum or rate_samples"),
+    ],
+)
+def test_conflicting_ramp_or_rate_options_are_one_line_errors(
+    options, message, tmp_path, monkeypatch, capsys
+):
+    spec = {**TINY_SPEC, "algorithm": {"name": "fedimpro", **options}}
+    path = write_spec(tmp_path / "s.yaml", spec)
+    monkeypatch.setattr(sys, "argv", ["fedhet", "spec", "validate", str(path)])
+    with pytest.raises(SystemExit) as exit:
+        main()
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert exit.value.code == 2 and message in line
+
+
+@pytest.mark.parametrize(("source", "centre"), [("global", 0.0), ("client", 50.0)])
+def test_sampled_features_come_from_the_chosen_statistics(source, centre, monkeypatch):
+    setup = digits_setup({"name": "fedimpro", "ramp": 0, "sample_from": source}, 1)
+    algo = FedImpro(setup.spec.algorithm, setup)
+    model = algo.build_model()
+    dim = math.prod(algo.feature_shape)
+    drawn = []
+
+    def recording(*args, **kwargs):
+        drawn.append(sample_features(*args, **kwargs))
+        return drawn[-1]
+
+    monkeypatch.setattr(objective, "sample_features", recording)
+    small = torch.full((10, dim), 1e-6)
+    job = SimpleNamespace(
+        round=0,
+        server_state={MEAN: torch.zeros(10, dim), VAR: small},
+        client_state={MEAN: torch.full((10, dim), 50.0), VAR: small.clone()},
+        generator=gen(0),
+    )
+    client = setup.clients[0]
+    algo.local_loss(job, model, client.x[:16], client.y[:16])
+    ((features, _),) = drawn
+    assert features.mean().item() == pytest.approx(centre, abs=0.01)
 
 
 def test_weight_zero_is_exactly_fedavg(tmp_path):

@@ -2,17 +2,20 @@
 
 The model is split at `split` into a low-level extractor and a high-level part. Each local
 step trains on the real batch (N samples, through the whole model) and on N_hat features
-sampled class-balanced from the global per-class Gaussian (through the high-level part only).
-While training, the client tracks its per-class feature statistics (Eq. 7, starting from the
-global ones it received); the server averages the uploads of the round's clients (Eq. 8) and
-sends the result with the next model. Statistics cross the network, so they are counted in
-bytes_up / bytes_down.
+sampled class-balanced from a per-class Gaussian (through the high-level part only): the
+global statistics received this round, or (`sample_from: client`, the authors' code) the
+client's running ones. While training, the client tracks its per-class feature statistics
+(Eq. 7, starting from the global ones it received; each batch updates them after its features
+were sampled); the server averages the uploads of the round's clients (Eq. 8) and sends the
+result with the next model. Statistics cross the network, so they are counted in bytes_up /
+bytes_down.
 
 Defaults follow the experiments behind the paper's tables (the authors' code): the objective
-CE(real) + w_t CE(sampled) with w_t = w t / R rising linearly from 0 and not capped (R = 500
-of 1000 rounds there, so `ramp` = 0.5 of the run; `ramp_rounds` gives R in rounds), the
-sampling std capped at 0.1, and the split in the middle of the network (ResNet: after layer2;
-simple_cnn: after the conv layers), so the high-level part holds most parameters.
+CE(real) + w_t CE(sampled) with w_t = w t / R rising linearly from 0 and not capped, R = 500
+rounds (`ramp_rounds`; `ramp` gives R as a fraction of the run instead), the sampling std
+capped at 0.1, and the split in the middle of the network (ResNet: after layer2; simple_cnn:
+after the conv layers), so the high-level part holds most parameters. The authors' rate of
+the statistics (min(1, n_c / 5000) per step) is `rate_samples: 5000`.
 `objective: mixture` is Theorem 4.2's form (see objective.py). With w = 0 this is FedAvg.
 """
 
@@ -65,9 +68,8 @@ class FedImpro(Trainer):
 
     def sampled_weight(self, round: int) -> float:
         """w_t of round t (0-based), as the authors' `gradual2half`: w t / R, not capped."""
-        config = self.config
-        ramp = config.ramp_rounds or config.ramp * self.fed.rounds
-        return config.weight * (round / ramp if ramp else 1.0)
+        ramp = self.config.ramp_length(self.fed.rounds)
+        return self.config.weight * (round / ramp if ramp else 1.0)
 
     # --- server side --------------------------------------------------------------------
 
@@ -107,24 +109,30 @@ class FedImpro(Trainer):
     ) -> torch.Tensor:
         low, high = self.split_model(model)
         features = low(x)
-        update_statistics(
-            job.client_state[MEAN], job.client_state[VAR], features, y, self.config.momentum
-        )
         config = self.config
         if config.weight == 0:
-            return F.cross_entropy(high(features), y)
-        count = config.samples or len(y)
-        mean, var = job.server_state[MEAN], job.server_state[VAR]
-        weight = self.sampled_weight(job.round)
-        return sampled_feature_loss(
-            high,
+            loss = F.cross_entropy(high(features), y)
+        else:
+            # sampled before this batch updates the client's statistics (the authors' order)
+            source = job.client_state if config.sample_from == "client" else job.server_state
+            loss = sampled_feature_loss(
+                high,
+                features,
+                y,
+                source[MEAN],
+                source[VAR],
+                config.samples or len(y),
+                self.sampled_weight(job.round),
+                job.generator,
+                config.std_clip,
+                config.objective,
+            )
+        update_statistics(
+            job.client_state[MEAN],
+            job.client_state[VAR],
             features,
             y,
-            mean,
-            var,
-            count,
-            weight,
-            job.generator,
-            config.std_clip,
-            config.objective,
+            config.momentum,
+            config.rate_samples,
         )
+        return loss

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fedhet.core.errors import InputError
 from fedhet.core.sections import MAX_COUNT
 from fedhet.engine.description import MethodConfig
 
 Objective = Literal["official", "mixture"]
+Source = Literal["global", "client"]
 
 
 class FedImproConfig(MethodConfig):
     # 1: the authors' objective, ramp and std clip as defaults (objective, ramp, std_clip)
-    revision: ClassVar[int] = 1
+    # 2: the authors' ramp in absolute rounds as default (ramp_rounds 500, not half the run)
+    revision: ClassVar[int] = 2
     trainer: ClassVar[str | None] = "fedhet.methods.fedimpro.algorithm:FedImpro"
     name: Literal["fedimpro"] = "fedimpro"
     split: str | None = Field(
@@ -26,6 +28,18 @@ class FedImproConfig(MethodConfig):
     )
     momentum: float = Field(
         0.9, ge=0, lt=1, description="moving-average momentum of the client statistics (Eq. 7)"
+    )
+    rate_samples: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="instead of momentum, class c moves by min(1, n_c / rate_samples) per step, "
+        "n_c its samples in the batch (the authors' code: 5000); null: by 1 - momentum",
+    )
+    sample_from: Source = Field(
+        "global",
+        description="statistics the sampled features come from: global (received this round) "
+        "or client (the client's running ones, starting from the global: the authors' code)",
     )
     samples: int | None = Field(
         None,
@@ -41,17 +55,18 @@ class FedImproConfig(MethodConfig):
     weight: float = Field(
         1.0, ge=0, description="weight w of the sampled features (at the ramp's end); 0 is FedAvg"
     )
-    ramp: float = Field(
-        0.5,
-        ge=0,
-        description="w_t = w t / R rises linearly (uncapped, as the authors' schedule) and "
-        "reaches w after this fraction R of the run's rounds; 0 keeps w constant",
-    )
     ramp_rounds: int | None = Field(
-        None,
+        500,
         ge=1,
         le=MAX_COUNT,
-        description="R in rounds instead of a fraction (the authors' code: 500)",
+        description="w_t = w t / R at round t rises linearly, uncapped (the authors' schedule); "
+        "R in rounds (the authors' code: 500); null: R from `ramp`",
+    )
+    ramp: float | None = Field(
+        None,
+        ge=0,
+        description="R as a fraction of the run's rounds instead (0 keeps w constant); giving "
+        "it makes ramp_rounds null",
     )
     noise_std: float = Field(
         0.0, ge=0, description="std of Gaussian noise on the uploaded statistics (Table 7)"
@@ -60,9 +75,33 @@ class FedImproConfig(MethodConfig):
         0.1, gt=0, description="cap on the sampling std (the authors' code: 0.1); null: none"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_ramp(cls, data: Any) -> Any:
+        """`ramp` replaces the default `ramp_rounds`; exactly one of the two is set."""
+        if not isinstance(data, dict):
+            return data
+        ramp, rounds = data.get("ramp"), data.get("ramp_rounds", 500)
+        if ramp is not None and "ramp_rounds" not in data:
+            return {**data, "ramp_rounds": None}
+        if ramp is not None and rounds is not None:
+            raise ValueError("give either ramp (a fraction of the run) or ramp_rounds, not both")
+        if ramp is None and rounds is None:
+            raise ValueError("ramp_rounds is null: give ramp (a fraction of the run) instead")
+        return data
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> FedImproConfig:
+        if self.rate_samples is not None and "momentum" in self.model_fields_set:
+            raise ValueError("give either momentum or rate_samples (the statistics' rate)")
+        return self
+
+    def ramp_length(self, rounds: int) -> float:
+        """R of w_t = w t / R for a run of `rounds` rounds; 0: w constant."""
+        return self.ramp_rounds if self.ramp_rounds is not None else self.ramp * rounds
+
     def extendable(self, spec, rounds: int) -> bool:
-        """The ramp as a fraction of the run (`ramp`, without `ramp_rounds`) depends on the
-        run's total rounds."""
+        """The ramp as a fraction of the run (`ramp`) depends on the run's total rounds."""
         ramp_fixed = self.ramp_rounds is not None or self.ramp == 0 or self.weight == 0
         return ramp_fixed and super().extendable(spec, rounds)
 
@@ -75,7 +114,10 @@ class FedImproConfig(MethodConfig):
         options = [
             self.objective if self.objective != "official" else "",
             f"w={self.weight}" if self.weight != 1 else "",
-            f"ramp={self.ramp_rounds or self.ramp}" if self.ramp_rounds or self.ramp != 0.5 else "",
+            f"ramp={self.ramp}" if self.ramp is not None else "",
+            f"ramp={self.ramp_rounds}r" if self.ramp_rounds not in (None, 500) else "",
+            f"rate=n/{self.rate_samples}" if self.rate_samples else "",
+            "sample=client" if self.sample_from == "client" else "",
             f"clip={self.std_clip}" if self.std_clip != 0.1 else "",
             f"noise={self.noise_std}" if self.noise_std > 0 else "",
         ]

@@ -3,8 +3,8 @@
 A statistic is a pair of `classes x dim` tensors: the per-class mean and the per-class
 variance of the flattened features. Clients track them with a moving average (Eq. 7), the
 server combines the clients' uploads (Eq. 8), and every client samples class-balanced
-features from the global Gaussian. Eq. 7 averages the batch *variance*, so the variance is
-what is stored, averaged and sent; the std is its square root.
+features from the global Gaussian or from its own running one. Eq. 7 averages the batch
+*variance*, so the variance is what is stored, averaged and sent; the std is its square root.
 """
 
 from __future__ import annotations
@@ -32,18 +32,24 @@ def update_statistics(
     features: torch.Tensor,
     labels: torch.Tensor,
     momentum: float,
+    rate_samples: int | None = None,
 ) -> None:
     """Eq. 7 in place, for each class present in the batch.
 
-    mean_c <- momentum * mean_c + (1 - momentum) * batch mean of class c, and the same for
-    the unbiased batch variance (skipped for a class with a single sample in the batch).
+    stat_c <- stat_c + r_c * (batch stat of class c - stat_c) for the mean and the unbiased
+    variance (the variance skipped for a class with a single sample in the batch), with
+    r_c = 1 - momentum, or min(1, n_c / rate_samples) for n_c samples of class c in the batch
+    (the authors' code, where the statistics move by the batch's share of a class's data).
     """
     count, total, squares = _class_sums(features, labels, mean.shape[0])
     batch_mean, batch_var = _moments(count, total, squares)
-    rate = (1 - momentum) * (count > 0).to(mean.dtype)[:, None]  # 0 leaves a class as it was
-    mean.add_(rate * (batch_mean.to(mean.dtype) - mean))
-    rate = (1 - momentum) * (count > 1).to(var.dtype)[:, None]
-    var.add_(rate * (batch_var.to(var.dtype) - var))
+    if rate_samples is None:
+        rate = torch.full_like(count, 1 - momentum)
+    else:
+        rate = (count / rate_samples).clamp_max(1)
+    rate = rate.to(mean.dtype)[:, None]
+    mean.add_(rate * (count > 0).to(mean.dtype)[:, None] * (batch_mean.to(mean.dtype) - mean))
+    var.add_(rate * (count > 1).to(var.dtype)[:, None] * (batch_var.to(var.dtype) - var))
 
 
 def _class_sums(
