@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from fedhet.core.errors import InputError
+from fedhet.core.spec import DataSpec
+
 
 class DataShape(NamedTuple):
     image: tuple[int, int, int]  # (channels, height, width)
@@ -21,3 +24,19 @@ DATA_SHAPES: dict[str, DataShape] = {
     "cifar100": DataShape((3, 32, 32), 100),
     "svhn": DataShape((3, 32, 32), 10),
 }
+
+
+def data_shape(data: DataSpec) -> DataShape:
+    """The spec's model input shape (its dataset's, in the spec's `data.channels` and
+    `data.resize`) and its number of classes; fedhet.data.datasets loads images of this shape."""
+    (channels, height, width), classes = DATA_SHAPES[data.dataset]
+    if data.channels is not None:
+        if channels not in (1, data.channels):
+            raise InputError(
+                f"data.channels: {data.dataset} has {channels} channels, not {data.channels}; "
+                "only a grey dataset's channel is repeated"
+            )
+        channels = data.channels
+    if data.resize is not None:
+        height = width = data.resize
+    return DataShape((channels, height, width), classes)
