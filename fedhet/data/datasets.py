@@ -32,6 +32,7 @@ from torchvision.transforms import functional as tvf
 from fedhet.core.errors import InputError, RunError
 from fedhet.core.spec import DataSpec
 from fedhet.data.decoded import decoded
+from fedhet.data.shapes import input_channels
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 DIGITS_TEST_FRACTION = 0.2
@@ -155,11 +156,7 @@ def _load_cached(
     scale: Scale,
 ) -> Dataset:
     raw = _load_raw(name, root, root_source, download)
-    if channels is not None and raw.train_pixels.shape[1] not in (1, channels):
-        raise InputError(
-            f"data.channels: {name} has {raw.train_pixels.shape[1]} channels, not {channels}; "
-            "only a grey dataset's channel is repeated"
-        )
+    wanted = input_channels(name, raw.train_pixels.shape[1], channels)
     train_x, test_x = _unit(raw.train_pixels, raw.max_value), _unit(raw.test_pixels, raw.max_value)
     if resize is not None:
         train_x, test_x = _resized(train_x, resize), _resized(test_x, resize)
@@ -169,9 +166,9 @@ def _load_cached(
         exact = resize is None  # the integer pixels' histogram describes the images exactly
         mean, std = _channel_stats(raw.train_pixels, raw.max_value) if exact else _stats(train_x)
         train_x, test_x = _standardize(train_x, mean, std), _standardize(test_x, mean, std)
-    if channels is not None and channels != count:
-        train_x, test_x = _repeated(train_x, channels), _repeated(test_x, channels)
-        mean, std = mean * channels, std * channels
+    if wanted != count:
+        train_x, test_x = _repeated(train_x, wanted), _repeated(test_x, wanted)
+        mean, std = mean * wanted, std * wanted
     return Dataset(name, train_x, raw.train_labels, test_x, raw.test_labels, raw.classes, mean, std)
 
 
