@@ -2,6 +2,7 @@
 evaluation on the natural classes, and a tiny end-to-end run."""
 
 import copy
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,13 +18,15 @@ from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec, parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.engine.loop import evaluate
+from fedhet.engine.loop import Engine, evaluate
 from fedhet.engine.setup import build_setup
 from fedhet.engine.system import num_local_steps
 from fedhet.engine.trainer import ClientJob, Trainer
 from fedhet.execution.planning import runs_of
 from fedhet.execution.results import execute
 from fedhet.methods.vhl.augment import crop_and_flip
+from fedhet.methods.vhl.config import NoiseSpec
+from fedhet.methods.vhl.generators import noise_images
 from fedhet.methods.vhl.virtual_stage import load_virtual
 
 torch.set_num_threads(1)
@@ -353,3 +356,56 @@ def test_cli_virtual_writes_a_grid_and_rejects_specs_without_vhl(fedhet: CliRunn
     plain = write_spec(tmp_path / "plain.yaml", BASE)
     result = fedhet("virtual", plain, "--store", tmp_path / "store")
     assert result.rc == 2 and "algorithm.vhl" in result.stderr
+
+
+# --- the official code's input format ---------------------------------------------------
+
+OFFICIAL_FORMAT = {"dataset": "digits", "channels": 3, "resize": 12, "scale": "unit"}
+BN_CNN = {"arch": "simple_cnn", "norm": "batch", "channels": [4, 4], "fc_width": 8}
+
+
+def test_virtual_images_take_the_formatted_input_shape_and_official_scale(store):
+    official = spec_with(vhl(virtual_scale="clamp"), data=OFFICIAL_FORMAT, model=BN_CNN)
+    assert runs_of(official)[0].node.upstream["virtual"].config["shape"] == [3, 12, 12]
+    assert "scale" not in runs_of(spec_with(vhl()))[0].node.upstream["virtual"].config
+    algorithm = make(official, store)
+    images, labels = load_virtual(algorithm.setup.extras["virtual"])
+    options = NoiseSpec(per_class=NOISE["per_class"]).options()
+    raw = noise_images(C, NOISE["per_class"], (3, 12, 12), 3, **options)  # the spec's seed: 3
+    torch.testing.assert_close(images, (raw.clamp(0, 1) - 0.5) / 0.25)
+    assert images.min() >= -2 and images.max() <= 2
+    # the authors pad their [0, 1] images with black before normalizing: -2 here
+    drawn, _ = algorithm.objective.virtual_batch(64, torch_generator(0, "pad"))
+    assert drawn.min() == -2 and (drawn == -2).float().mean() > (images == -2).float().mean()
+
+
+def test_batch_norm_sees_real_and_virtual_rows_in_one_forward(store):
+    algorithm = make(spec_with(vhl(), data=OFFICIAL_FORMAT, model=BN_CNN), store)
+    model = algorithm.build_model().train()
+    first_bn = next(m for m in model.modules() if isinstance(m, nn.BatchNorm2d))
+    seen = []
+    first_bn.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].detach()))
+    x, y = batch(algorithm)
+    algorithm.local_loss(job(algorithm, model), model, x, y)
+    (rows,) = seen  # one forward ...
+    assert len(rows) == 2 * len(y)  # ... of the real and the virtual batch
+    expected = first_bn.momentum * rows.mean(dim=(0, 2, 3))  # running mean started at 0
+    torch.testing.assert_close(first_bn.running_mean, expected)
+
+
+def test_predict_all_lets_a_virtual_output_win_the_argmax():
+    model = nn.Linear(2, 2 * C)  # the natural outputs favour the right class by 1 ...
+    with torch.no_grad():
+        model.weight.zero_()
+        model.weight[0, 0] = model.weight[1, 1] = 1.0
+        model.bias.zero_()
+        model.bias[C] = 5.0  # ... and virtual class 0 dominates everything
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1])
+    for predict, outputs, accuracy in ("natural", C, 1.0), ("all", 2 * C, 0.0):
+        spec = spec_with(vhl(predict=predict))
+        assert spec.algorithm.scored_outputs(C) == outputs
+        test_set = SimpleNamespace(test_x=x, test_y=y, num_classes=C)
+        engine = SimpleNamespace(setup=SimpleNamespace(dataset=test_set, extras={}), spec=spec)
+        engine.model = model
+        assert Engine.evaluate_states(engine, [model.state_dict()])[0] == accuracy
+    assert spec_with({"name": "fedavg"}).algorithm.scored_outputs(C) == C

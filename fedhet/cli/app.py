@@ -25,7 +25,7 @@ from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.memory_check import require_models_fit
 from fedhet.core.spec import Spec, expand, load_spec
 from fedhet.core.store import ArtifactStore, arrays, damage_named
-from fedhet.data.shapes import DATA_SHAPES
+from fedhet.data.shapes import data_shape
 from fedhet.process.interrupts import Interrupted
 
 # Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
@@ -113,7 +113,7 @@ FormatOpt = Annotated[
 def _load(path: Path, data_root: Path | None = None, overrides: list[str] | None = None) -> Spec:
     """The validated spec, before any heavy import: every command starts here."""
     spec = load_spec(path, overrides or ())
-    require_models_fit(spec, path, DATA_SHAPES)
+    require_models_fit(spec, path, data_shape)
     if data_root is not None:
         spec = spec.model_copy(
             update={"data": spec.data.model_copy(update={"root": str(data_root)})}
@@ -145,13 +145,13 @@ def spec_show(path: SpecPath, overrides: OverridesArg = None) -> None:
     import yaml
 
     from fedhet.core.spec import applicable_dump
-    from fedhet.data.datasets import load_dataset
+    from fedhet.data.datasets import load_data
     from fedhet.models import build_model
 
     # plain print: rich would wrap long lines and break the YAML
     print(yaml.safe_dump(applicable_dump(spec), sort_keys=False))
     try:
-        ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
+        ds = load_data(spec.data)
     except InputError:
         return
     model = build_model(spec.model, ds.shape, ds.num_classes, spec.seed)

@@ -3,22 +3,22 @@ allocated: counted from each run's architecture description and its dataset's sh
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from fedhet.core.architectures import describe
 from fedhet.core.errors import InputError
-from fedhet.core.spec import Spec, expand
+from fedhet.core.spec import DataSpec, Spec, expand
 from fedhet.process.memory import shortage
 
 
 def require_models_fit(
-    spec: Spec, where: Path, shapes: Mapping[str, tuple[tuple[int, int, int], int]]
+    spec: Spec, where: Path, shape_of: Callable[[DataSpec], tuple[tuple[int, int, int], int]]
 ) -> None:
     """Refuse a spec any of whose runs' models would not fit in memory, counted from the
-    model's description and its dataset's (image shape, classes) in `shapes`."""
+    model's description and its input's (image shape, classes), `shape_of(run.data)`."""
     for _, run in expand(spec):
-        image, classes = shapes[run.data.dataset]
+        image, classes = shape_of(run.data)
         model = describe(run.model, image, classes)
         message = shortage(
             model.parameter_count, f"{where}: model ({run.model.arch})", model.shrink

@@ -58,6 +58,31 @@ class DataSpec(Section):
         description="hold out this share of each client's training data, stratified by label "
         "(fedhet.data.validation); the best model is then chosen by validation accuracy",
     )
+    channels: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=1,
+        le=4,
+        description="repeat a grey image to this many channels (VHL's official code feeds "
+        "Fashion-MNIST as 3 channels); a colour dataset must already have this many",
+    )
+    resize: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=4,
+        le=256,
+        description="bilinear resize of every image, train and test, to this square side "
+        "(VHL's official code: Fashion-MNIST at 32)",
+    )
+    scale: Annotated[Literal["standardize", "unit"], OMIT_IF_DEFAULT] = Field(
+        "standardize",
+        description="standardize: each channel to mean 0 and std 1 over the training set; "
+        "unit: pixel values in [0, 1], no standardization (VHL's official Fashion-MNIST)",
+    )
+
+    def input_format(self) -> dict[str, Any]:
+        """The format options away from their defaults, for the keys of the stages that
+        compute on the images (empty by default: today's keys stay)."""
+        fields = ("channels", "resize", "scale")
+        return {f: getattr(self, f) for f in fields if f in self.model_dump(include=set(fields))}
 
 
 # --- partition --------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.rng import numpy_rng
 from fedhet.core.spec import Spec
 from fedhet.data.clients import ClientData
-from fedhet.data.datasets import load_dataset, rotate
+from fedhet.data.datasets import load_data, rotate
 from fedhet.data.partition_plan import partition_node
 from fedhet.data.partition_stage import load_index_lists, load_partition, save_index_lists
 
@@ -49,7 +49,7 @@ def client_test_node(spec: Spec) -> StageNode | None:
 @stage("client_test")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
     data = ctx.spec.data
-    dataset = load_dataset(data.dataset, data.root, data.download)
+    dataset = load_data(data)
     histogram = load_partition(ctx.upstream(node, "partition")).histogram
     tests = draw_client_tests(
         histogram, dataset.test_y.numpy(), node.config["per_client"], ctx.spec.seed
@@ -93,7 +93,7 @@ def client_test_data(
 ) -> list[ClientData]:
     """Each client's test samples (from a `client_test` artifact) on `device`; with a rotation
     feature shift, rotated by the client's own angle (its domain)."""
-    ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
+    ds = load_data(spec.data)
     angles = load_partition(partition).angles
     clients = []
     for cid, idx in enumerate(load_index_lists(client_test)):

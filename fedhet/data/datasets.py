@@ -1,8 +1,12 @@
-"""Dataset registry: every dataset loads as normalized float32 tensors, held in memory.
+"""Dataset registry: every dataset loads as float32 tensors, held in memory.
 
-Normalization: the per-channel mean and (population) std are computed exactly from the
-training set's integer pixel values, so every dataset's training images have mean 0 and
-std 1 per channel. Loaded datasets are cached in-process; treat their tensors as read-only.
+The input format (the spec's `data.channels`, `data.resize`, `data.scale`; `load_data`) is
+applied here, in this one place, so every stage sees the same tensors: pixels in [0, 1], resized
+bilinearly, then standardized (scale standardize: per-channel mean 0 and std 1 over the
+training set, the mean and population std computed exactly from the integer pixel values, or
+from the resized images when resized) or left in [0, 1] (scale unit), then a grey channel
+repeated (an expanded view: no copy). Loaded datasets are cached in-process; treat their
+tensors as read-only.
 
 Data root resolution: the explicit `root` argument, else the FEDHET_DATA environment
 variable, else ./data. Fashion-MNIST is also read from the Debian package
@@ -17,6 +21,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -25,7 +30,9 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as tvf
 
 from fedhet.core.errors import InputError, RunError
+from fedhet.core.spec import DataSpec
 from fedhet.data.decoded import decoded
+from fedhet.data.shapes import input_channels
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 DIGITS_TEST_FRACTION = 0.2
@@ -35,7 +42,7 @@ _DIGITS_SPLIT_SEED = 20240601  # fixed: the digits split never depends on an exp
 @dataclass(frozen=True)
 class Dataset:
     name: str
-    train_x: torch.Tensor  # float32, N x C x H x W, normalized with mean/std
+    train_x: torch.Tensor  # float32, N x C x H x W, normalized with mean/std (unit: 0 and 1)
     train_y: torch.Tensor  # int64
     test_x: torch.Tensor
     test_y: torch.Tensor
@@ -69,12 +76,36 @@ def dataset_names() -> list[str]:
     return sorted(_DATASET_NAMES)
 
 
-def load_dataset(name: str, root: str | Path | None = None, download: bool = False) -> Dataset:
-    """Load a dataset by name (see dataset_names()); InputError if unknown or missing."""
+Scale = Literal["standardize", "unit"]
+
+
+def load_data(data: DataSpec, name: str | None = None) -> Dataset:
+    """The spec's dataset (or dataset `name`, e.g. a proxy) in the spec's input format."""
+    return load_dataset(
+        name or data.dataset,
+        data.root,
+        data.download,
+        channels=data.channels,
+        resize=data.resize,
+        scale=data.scale,
+    )
+
+
+def load_dataset(
+    name: str,
+    root: str | Path | None = None,
+    download: bool = False,
+    *,
+    channels: int | None = None,
+    resize: int | None = None,
+    scale: Scale = "standardize",
+) -> Dataset:
+    """Load a dataset by name (see dataset_names()) in the given input format (see the module
+    docstring); InputError if unknown or missing."""
     if name not in _DATASET_NAMES:
         raise InputError(f"data.dataset: unknown dataset {name!r}; choose one of {dataset_names()}")
     resolved, source = _resolve_root(root)
-    return _load_cached(name, resolved, source, download)
+    return _load_cached(name, resolved, source, download, channels, resize, scale)
 
 
 def rotate(
@@ -115,19 +146,30 @@ def _resolve_root(root: str | Path | None) -> tuple[Path, str]:
 
 
 @functools.lru_cache(maxsize=4)
-def _load_cached(name: str, root: Path, root_source: str, download: bool) -> Dataset:
+def _load_cached(
+    name: str,
+    root: Path,
+    root_source: str,
+    download: bool,
+    channels: int | None,
+    resize: int | None,
+    scale: Scale,
+) -> Dataset:
     raw = _load_raw(name, root, root_source, download)
-    mean, std = _channel_stats(raw.train_pixels, raw.max_value)
-    return Dataset(
-        name=name,
-        train_x=_normalize(raw.train_pixels, raw.max_value, mean, std),
-        train_y=raw.train_labels,
-        test_x=_normalize(raw.test_pixels, raw.max_value, mean, std),
-        test_y=raw.test_labels,
-        classes=raw.classes,
-        mean=mean,
-        std=std,
-    )
+    wanted = input_channels(name, raw.train_pixels.shape[1], channels)
+    train_x, test_x = _unit(raw.train_pixels, raw.max_value), _unit(raw.test_pixels, raw.max_value)
+    if resize is not None:
+        train_x, test_x = _resized(train_x, resize), _resized(test_x, resize)
+    count = train_x.shape[1]
+    mean, std = (0.0,) * count, (1.0,) * count
+    if scale == "standardize":
+        exact = resize is None  # the integer pixels' histogram describes the images exactly
+        mean, std = _channel_stats(raw.train_pixels, raw.max_value) if exact else _stats(train_x)
+        train_x, test_x = _standardize(train_x, mean, std), _standardize(test_x, mean, std)
+    if wanted != count:
+        train_x, test_x = _repeated(train_x, wanted), _repeated(test_x, wanted)
+        mean, std = mean * wanted, std * wanted
+    return Dataset(name, train_x, raw.train_labels, test_x, raw.test_labels, raw.classes, mean, std)
 
 
 def _channel_stats(
@@ -146,12 +188,32 @@ def _channel_stats(
     return tuple(means), tuple(stds)
 
 
-def _normalize(
-    pixels: torch.Tensor, max_value: int, mean: tuple[float, ...], std: tuple[float, ...]
-) -> torch.Tensor:
-    x = pixels.to(torch.float32).div_(max_value)
+def _stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and population std of float images (N x C x H x W)."""
+    x64 = x.double()
+    means = x64.mean(dim=(0, 2, 3))
+    stds = x64.var(dim=(0, 2, 3), correction=0).clamp_min(1e-12).sqrt()
+    return tuple(means.tolist()), tuple(stds.tolist())
+
+
+def _unit(pixels: torch.Tensor, max_value: int) -> torch.Tensor:
+    return pixels.to(torch.float32).div_(max_value)
+
+
+def _resized(x: torch.Tensor, side: int) -> torch.Tensor:
+    if x.shape[-2:] == (side, side):
+        return x
+    return tvf.resize(x, [side, side], interpolation=InterpolationMode.BILINEAR, antialias=True)
+
+
+def _standardize(x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
     x.sub_(torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
     return x.div_(torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+
+
+def _repeated(x: torch.Tensor, channels: int) -> torch.Tensor:
+    """A grey batch seen as `channels` equal channels; a view, so no memory is copied."""
+    return x.expand(-1, channels, -1, -1)
 
 
 # --- sources --------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import zarr
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.store import create_array
-from fedhet.data.datasets import load_dataset
+from fedhet.data.datasets import load_data
 from fedhet.data.partition import Partition, make_partition
 from fedhet.data.validation import hold_out
 
@@ -20,7 +20,7 @@ from fedhet.data.validation import hold_out
 @stage("partition")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
     data = ctx.spec.data
-    dataset = load_dataset(data.dataset, data.root, data.download)
+    dataset = load_data(data)
     labels = dataset.train_y.numpy()
     part = make_partition(ctx.spec.partition, labels, dataset.num_classes, ctx.spec.seed)
     if data.validation is not None:

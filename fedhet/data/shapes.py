@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from fedhet.core.errors import InputError
+from fedhet.core.spec import DataSpec
+
 
 class DataShape(NamedTuple):
     image: tuple[int, int, int]  # (channels, height, width)
@@ -21,3 +24,25 @@ DATA_SHAPES: dict[str, DataShape] = {
     "cifar100": DataShape((3, 32, 32), 100),
     "svhn": DataShape((3, 32, 32), 10),
 }
+
+
+def data_shape(data: DataSpec) -> DataShape:
+    """The spec's model input shape (its dataset's, in the spec's `data.channels` and
+    `data.resize`) and its number of classes; fedhet.data.datasets loads images of this shape."""
+    (channels, height, width), classes = DATA_SHAPES[data.dataset]
+    if data.resize is not None:
+        height = width = data.resize
+    channels = input_channels(data.dataset, channels, data.channels)
+    return DataShape((channels, height, width), classes)
+
+
+def input_channels(dataset: str, native: int, channels: int | None) -> int:
+    """The channels the model sees: `channels` repeat a grey image; None keeps the `native`."""
+    if channels is None or channels == native:
+        return native
+    if native != 1:
+        raise InputError(
+            f"data.channels: {dataset} has {native} channels, not {channels}; "
+            "only a grey dataset's channel is repeated"
+        )
+    return channels

@@ -44,6 +44,11 @@ class ObjectiveConfig(Section):
         """Model outputs the objective needs beyond the dataset's classes."""
         return 0
 
+    def scored_extra_outputs(self, num_classes: int) -> int:
+        """Of the extra outputs, how many the evaluation's argmax ranges over (0: a prediction
+        is always one of the dataset's classes)."""
+        return 0
+
     def check(self, spec: Spec) -> None:
         """Checks against the rest of the spec; raise InputError naming the field."""
 
@@ -143,6 +148,12 @@ class MethodConfig(AlgorithmSpec):
     def extra_outputs(self, num_classes: int) -> int:
         """Model outputs the active objectives need beyond the dataset's classes."""
         return sum(config.extra_outputs(num_classes) for config in self.objectives())
+
+    def scored_outputs(self, num_classes: int) -> int:
+        """The model outputs scored at evaluation (the first ones): the dataset's classes, plus
+        the extra outputs an objective asks to predict over."""
+        extra = sum(config.scored_extra_outputs(num_classes) for config in self.objectives())
+        return num_classes + extra
 
     def trainer_class(self) -> type[Any]:
         """The class that trains this method (`fedhet.engine.trainer.Trainer` or a subclass)."""

@@ -35,7 +35,7 @@ def evaluate(
 ) -> tuple[float, float]:
     """(accuracy, mean cross-entropy) of `model` on (x, y) over its first `num_classes` outputs
     (default: all; a model with extra outputs, such as VHL's virtual classes, is scored on the
-    dataset's classes only)."""
+    outputs its `MethodConfig.scored_outputs` names)."""
     model.eval()
     correct, loss = 0, 0.0
     for start in range(0, len(y), batch_size):
@@ -273,14 +273,13 @@ class Engine:
         """(accuracy, loss) on (x, y), by default the test set, averaged over model states (one:
         the global model)."""
         ds = self.setup.dataset
+        scored = self.spec.algorithm.scored_outputs(ds.num_classes)
         if x is None or y is None:
             x = self.setup.extras.get("test_x", ds.test_x)
             y = self.setup.extras.get("test_y", ds.test_y)
         scores = []
         for model_state in states:
             self.model.load_state_dict(model_state)
-            scores.append(
-                evaluate(self.model, x, y, self.spec.runtime.eval_batch_size, ds.num_classes)
-            )
+            scores.append(evaluate(self.model, x, y, self.spec.runtime.eval_batch_size, scored))
         accuracies, losses = zip(*scores, strict=True)
         return float(np.mean(accuracies)), float(np.mean(losses))

@@ -15,7 +15,7 @@ import zarr
 from fedhet.core.errors import InputError
 from fedhet.core.spec import Spec
 from fedhet.data.clients import ClientData
-from fedhet.data.datasets import Dataset, load_dataset, rotate
+from fedhet.data.datasets import Dataset, load_data, rotate
 from fedhet.data.partition import Partition
 from fedhet.data.partition_stage import load_partition
 
@@ -66,7 +66,7 @@ def resolve_device(name: str) -> torch.device:
 def build_setup(spec: Spec, partition_group: zarr.Group) -> TrainSetup:
     """Dataset, clients (with their feature shift applied) and device for a run."""
     device = resolve_device(spec.runtime.device)
-    ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
+    ds = load_data(spec.data)
     part = load_partition(partition_group)
     clients = [
         client_data(ds, part, cid, idx, device) for cid, idx in enumerate(part.client_indices)

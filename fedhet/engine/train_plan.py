@@ -22,6 +22,8 @@ def train_config(spec: Spec) -> dict:
         "algorithm": spec.algorithm.model_dump(mode="json"),
         "eval_every": spec.eval.every,
     }
+    if spec.data.input_format():
+        config["input_format"] = spec.data.input_format()
     if spec.partition.rotation is not None:
         config["test_set"] = "rotated_like_clients"
     revision = spec.algorithm.revision

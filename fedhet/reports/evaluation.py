@@ -29,10 +29,12 @@ from fedhet.process import allocator
 
 @torch.no_grad()
 def per_class_accuracy(
-    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: int, scored: int
 ) -> list[float]:
+    """Accuracy on each of the `num_classes` classes, predicting over the first `scored`
+    outputs."""
     model.eval()
-    logits = [model(x[i : i + 1000])[:, :num_classes] for i in range(0, len(y), 1000)]
+    logits = [model(x[i : i + 1000])[:, :scored] for i in range(0, len(y), 1000)]
     return class_accuracies(torch.cat(logits).argmax(1), y, num_classes)
 
 
@@ -144,12 +146,13 @@ def network_scores(
     chosen = tensors.load(group["model"], which, setup.device)
     own = read_client_states(group["model"], setup.device) if "clients" in group["model"] else {}
     ds = setup.dataset
+    scored = run.spec.algorithm.scored_outputs(ds.num_classes)
 
     def scores(state: tensors.Tensors, x: torch.Tensor, y: torch.Tensor) -> tuple:
         model.load_state_dict(state)
         return (
-            *evaluate(model, x, y, num_classes=ds.num_classes),
-            per_class_accuracy(model, x, y, ds.num_classes),
+            *evaluate(model, x, y, num_classes=scored),
+            per_class_accuracy(model, x, y, ds.num_classes, scored),
         )
 
     def client_accuracy(client: int, data: ClientData) -> float:
@@ -158,7 +161,7 @@ def network_scores(
             return float("nan")
         state = trainer.evaluation_states(chosen, {client: own.get(client, {})})[0]
         model.load_state_dict(state)
-        return evaluate(model, data.x, data.y, num_classes=ds.num_classes)[0]
+        return evaluate(model, data.x, data.y, num_classes=scored)[0]
 
     tested = [
         scores(state, ds.test_x, ds.test_y) for state in trainer.evaluation_states(chosen, own)

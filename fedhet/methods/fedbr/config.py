@@ -48,6 +48,8 @@ def pseudo_config(pseudo: PseudoSpec, spec: Spec) -> dict:
     }
     if pseudo.kind == "mixture":
         config |= {"proxy": pseudo.proxy, "dataset": spec.data.dataset}
+    if spec.data.input_format():
+        config["input_format"] = spec.data.input_format()
     return config
 
 

@@ -20,7 +20,7 @@ from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec
 from fedhet.core.store import create_array
-from fedhet.data.datasets import load_dataset
+from fedhet.data.datasets import load_data
 from fedhet.engine.setup import build_setup
 from fedhet.methods.fedbr.pseudo import draw, uniform_labels
 
@@ -31,7 +31,7 @@ def pools(
     """What RSM averages: every client's data, or the proxy dataset as a single pool."""
     if kind == "rsm":
         return client_x
-    return [load_dataset(proxy, spec.data.root, spec.data.download).train_x]
+    return [load_data(spec.data, proxy).train_x]
 
 
 def round_generator(seed: int, rnd: int) -> torch.Generator:
@@ -42,7 +42,7 @@ def round_generator(seed: int, rnd: int) -> torch.Generator:
 @stage("pseudo")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
     spec, config = ctx.spec, node.config
-    ds = load_dataset(spec.data.dataset, spec.data.root, spec.data.download)
+    ds = load_data(spec.data)
     client_x = []
     if config["kind"] == "rsm":
         setup = build_setup(spec, ctx.upstream(node, "partition"))

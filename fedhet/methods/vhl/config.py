@@ -9,9 +9,17 @@ from pydantic import Field
 
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import StageNode
-from fedhet.core.sections import MAX_CLASSES, MAX_COUNT, MAX_LAYERS, MAX_SEED, MAX_WIDTH, Section
+from fedhet.core.sections import (
+    MAX_CLASSES,
+    MAX_COUNT,
+    MAX_LAYERS,
+    MAX_SEED,
+    MAX_WIDTH,
+    OMIT_IF_DEFAULT,
+    Section,
+)
 from fedhet.core.spec import Spec
-from fedhet.data.shapes import DATA_SHAPES
+from fedhet.data.shapes import data_shape
 from fedhet.engine.description import ObjectiveConfig
 
 
@@ -93,6 +101,18 @@ class VHLSpec(ObjectiveConfig):
         description="random crop (padding 4) and horizontal flip of every virtual image drawn "
         "(the authors' loader); false uses the stored images as they are",
     )
+    virtual_scale: Annotated[Literal["standardize", "clamp"], OMIT_IF_DEFAULT] = Field(
+        "standardize",
+        description="the virtual images' values: standardize = per channel to mean 0, std 1 "
+        "over the virtual set; clamp = clamped to [0, 1], then (x - 0.5) / 0.25, the random "
+        "crop padding with black (-2), as the authors' loader (pair with data.scale: unit)",
+    )
+    predict: Annotated[Literal["natural", "all"], OMIT_IF_DEFAULT] = Field(
+        "natural",
+        description="evaluation's prediction: argmax over the natural classes' outputs only, or "
+        "over all outputs, virtual classes included (a virtual prediction counts as wrong), "
+        "as the authors' test accuracy",
+    )
     alpha: float = Field(1.0, ge=0, description="weight of the cross-entropy on virtual data")
     lam: float = Field(1.0, ge=0, description="weight of the calibration term")
     virtual_supcon: float = Field(
@@ -116,8 +136,11 @@ class VHLSpec(ObjectiveConfig):
             return 0
         return virtual_classes(self, num_classes)
 
+    def scored_extra_outputs(self, num_classes: int) -> int:
+        return self.extra_outputs(num_classes) if self.predict == "all" else 0
+
     def check(self, spec: Spec) -> None:
-        virtual_classes(self, DATA_SHAPES[spec.data.dataset].classes)
+        virtual_classes(self, data_shape(spec.data).classes)
 
     def label(self) -> str:
         label = _VARIANT_LABELS[self.variant]
@@ -143,13 +166,17 @@ VIRTUAL_VERSION = 1  # the `virtual` stage's format (computed by fedhet.methods.
 
 
 def virtual_config(config: VHLSpec, spec: Spec) -> dict:
-    shape, natural_classes = DATA_SHAPES[spec.data.dataset]
-    return {
+    """The virtual images' shape is the model's input shape (the spec's data format)."""
+    shape, natural_classes = data_shape(spec.data)
+    node = {
         "generator": config.generator.model_dump(mode="json"),
         "classes": virtual_classes(config, natural_classes),
         "shape": list(shape),
         "seed": config.seed if config.seed is not None else spec.seed,
     }
+    if config.virtual_scale != "standardize":  # absent by default: today's keys stay
+        node["scale"] = config.virtual_scale
+    return node
 
 
 def virtual_node(config: VHLSpec, spec: Spec) -> StageNode:

@@ -8,7 +8,8 @@ Three generators (VHL Sec. 5.4, App. C.3), each deterministic given a seed:
 - `conv`: one randomly initialized small conv generator per class, fed N(0, I) noise.
 
 `generate` returns images class by class (labels 0..num_classes-1, `per_class` each),
-standardized per channel over the whole set to match normalized natural data.
+standardized per channel over the whole set to match normalized natural data, or (scale
+`clamp`, the authors' loader) clamped to [0, 1] and mapped by (x - 0.5) / 0.25.
 """
 
 import inspect
@@ -26,6 +27,8 @@ from fedhet.core.errors import InputError
 from fedhet.methods.vhl.stylegan2 import StyleGAN2Config, StyleGAN2Generator
 
 GeneratorKind = Literal["stylegan2", "noise", "conv"]
+VirtualScale = Literal["standardize", "clamp"]
+CLAMP_MEAN, CLAMP_STD = 0.5, 0.25  # the authors' Normalize of their [0, 1] virtual images
 Shape = tuple[int, int, int]
 
 
@@ -208,6 +211,11 @@ def standardize_channels(images: Tensor) -> Tensor:
     return (images - mean) / std
 
 
+def clamp_scaled(images: Tensor) -> Tensor:
+    """Clamped to [0, 1] (as the authors' saved image files), then (x - 0.5) / 0.25."""
+    return (images.clamp(0, 1) - CLAMP_MEAN) / CLAMP_STD
+
+
 def _check_request(
     kind: str, num_classes: int, per_class: int, shape: Shape, options: dict
 ) -> None:
@@ -242,18 +250,20 @@ def generate(
     per_class: int,
     shape: Shape,
     seed: int,
+    scale: VirtualScale = "standardize",
     **options: float | int,
 ) -> tuple[Tensor, Tensor]:
     """Virtual dataset of `num_classes * per_class` images of `shape` (C, H, W), class-major.
 
-    Returns (images N x C x H x W standardized per channel, int64 labels N). `options` go to
+    Returns (images N x C x H x W in the given `scale`, int64 labels N). `options` go to
     the kind's generator function (e.g. `channels=32` for stylegan2); unknown ones are an
     InputError. The result depends only on the arguments, not on `batch_size`.
     """
     _check_request(kind, num_classes, per_class, shape, options)
     images = _SAMPLERS[kind](num_classes, per_class, tuple(shape), seed, **options)
     labels = torch.arange(num_classes).repeat_interleave(per_class)
-    return standardize_channels(images), labels
+    scaled = standardize_channels(images) if scale == "standardize" else clamp_scaled(images)
+    return scaled, labels
 
 
 def save_grid(images: Tensor, labels: Tensor, path: str | Path, per_class: int = 8) -> None:

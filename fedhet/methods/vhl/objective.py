@@ -35,6 +35,7 @@ from fedhet.core.errors import RunError
 from fedhet.core.rng import torch_generator
 from fedhet.methods.vhl.augment import crop_and_flip
 from fedhet.methods.vhl.config import VHLSpec
+from fedhet.methods.vhl.generators import CLAMP_MEAN, CLAMP_STD
 from fedhet.methods.vhl.supcon import supcon_loss, vhl_calibration_loss
 from fedhet.methods.vhl.virtual_stage import load_virtual
 
@@ -88,7 +89,7 @@ class VHLObjective:
             if tuple(images.shape[1:]) != setup.dataset.shape:
                 raise RunError(
                     f"virtual images {tuple(images.shape[1:])} do not match the dataset's "
-                    f"{setup.dataset.shape}; fix DATA_SHAPES in fedhet/data/shapes.py"
+                    f"{setup.dataset.shape}; fix fedhet.data.shapes.data_shape"
                 )
             images, labels = images.to(setup.device), labels.to(setup.device)
         classes = setup.dataset.num_classes
@@ -108,7 +109,9 @@ class VHLObjective:
         idx = torch.randint(len(self.labels), (size,), generator=generator)
         images = self.images[idx]
         if self.config.augment:
-            images = crop_and_flip(images, generator)
+            # clamp: the authors pad in [0, 1] before normalizing, with black
+            fill = -CLAMP_MEAN / CLAMP_STD if self.config.virtual_scale == "clamp" else 0.0
+            images = crop_and_flip(images, generator, fill=fill)
         return images, self.labels[idx]
 
     def gaussian_features(self, size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:

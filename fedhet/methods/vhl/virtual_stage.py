@@ -3,7 +3,8 @@
 The key holds only what determines the images: the generator config, the seed, the number of
 virtual classes and the natural data's image shape. So every run with the same generator
 config shares one artifact, whatever its partition, federation or algorithm. The artifact
-holds `images` (N x C x H x W float32, class-major, standardized per channel) and `labels`
+holds `images` (N x C x H x W float32, class-major, in the node's scale: standardized per
+channel unless `scale: clamp`) and `labels`
 (N int64 virtual class indices 0..C_v-1). Its node is planned by
 fedhet.methods.vhl.config (virtual_node).
 """
@@ -33,6 +34,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         generator.per_class,
         tuple(cfg["shape"]),
         cfg["seed"],
+        cfg.get("scale", "standardize"),
         **generator.options(),
     )
     chunks = (generator.per_class, *images.shape[1:])  # one chunk per class
