@@ -309,13 +309,14 @@ def test_capped_dirichlet_gives_no_class_to_a_client_already_full(clients, alpha
     labelled=label_arrays(min_size=1, max_size=400),
     clients=st.integers(1, 50),
     alpha=st.sampled_from([1e-3, 0.1, 1.0, 100.0]),
+    concentration=st.sampled_from(["uniform", "by_share"]),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_client_dirichlet_gives_every_client_n_over_k_distinct_samples(
-    labelled, clients, alpha, seed
+    labelled, clients, alpha, concentration, seed
 ):
     labels, num_classes = labelled
-    spec = ClientDirichletPartition(clients=clients, alpha=alpha)
+    spec = ClientDirichletPartition(clients=clients, alpha=alpha, concentration=concentration)
     partition = make_partition(spec, labels, num_classes, seed)
     assert_consistent(partition, labels, num_classes)
     assert [len(i) for i in partition.client_indices] == [len(labels) // clients] * clients
