@@ -28,6 +28,7 @@ MODELS = [
     {"arch": "mlp", "hidden": [12, 8, 4]},
     {"arch": "simple_cnn", "channels": [4, 6], "fc_width": 10},
     {"arch": "simple_cnn"},  # [32, 64], 512: the FedAvg CNN
+    {"arch": "fedbr_cnn", "width": 2},
     {"arch": "resnet18", "width": 4},
     {"arch": "resnet20", "width": 2},
     {"arch": "resnet20", "width": 16},
@@ -77,6 +78,35 @@ def test_every_committed_specs_model_is_described_exactly(path):
         assert_description_is_the_built_model(run.model, shape.image, shape.classes)
 
 
+def test_fedbr_cnn_is_the_official_rotated_mnist_cnn():
+    """FedBR's code (DomainBed's MNIST_CNN): 3x3 convs 1-64-128-128-128, the second with stride
+    2, each followed by ReLU then GroupNorm(8); average pooled into 128 features, linear head."""
+    model = ModelSpec(arch="fedbr_cnn", width=64, norm="group", groups=8)
+    built = build_model(model, (1, 28, 28), 10, seed=0)
+    layers = [m for stage in built.features for m in stage]
+    convs = [m for m in layers if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size, c.stride, c.padding) for c in convs] == [
+        (1, 64, (3, 3), (1, 1), (1, 1)),
+        (64, 128, (3, 3), (2, 2), (1, 1)),
+        (128, 128, (3, 3), (1, 1), (1, 1)),
+        (128, 128, (3, 3), (1, 1), (1, 1)),
+    ]
+    kinds = [type(m).__name__ for m in layers]
+    assert kinds == ["Conv2d", "ReLU", "GroupNorm"] * 4 + ["AdaptiveAvgPool2d", "Flatten"]
+    norms = [m for m in layers if isinstance(m, torch.nn.GroupNorm)]
+    assert [(n.num_groups, n.num_channels) for n in norms] == [
+        (8, 64),
+        (8, 128),
+        (8, 128),
+        (8, 128),
+    ]
+    x = torch.randn(3, 1, 28, 28)
+    assert built.features(x).shape == (3, 128)
+    assert built(x).shape == (3, 10)
+    # the official featurizer's parameters (640 + 73,856 + 2 x 147,584 + 896) and Linear(128, 10)
+    assert num_parameters(built) == 371_850
+
+
 def test_every_spec_architecture_is_described():
     assert set(get_args(ModelSpec.model_fields["arch"].annotation)) == set(
         architectures.ARCHITECTURES
@@ -88,6 +118,7 @@ def test_every_spec_architecture_is_described():
     [
         ({"arch": "mlp"}, "narrow model.hidden"),
         ({"arch": "simple_cnn"}, "narrow model.channels or model.fc_width"),
+        ({"arch": "fedbr_cnn"}, "lower model.width"),
         ({"arch": "resnet18"}, "lower model.width"),
         ({"arch": "resnet20"}, "lower model.width"),
     ],

@@ -220,6 +220,28 @@ def test_contrastive_loss_matches_direct_computation():
     )
 
 
+def test_index_pairing_with_tau_half_is_the_official_loss():
+    """The official code: pseudo i paired with real i, cosines multiplied by tau = 2; here
+    divided by 0.5. A pseudo batch longer than the real one pairs its first samples."""
+    gen = torch.Generator().manual_seed(1)
+    local_p, global_p = torch.randn(5, 6, generator=gen), torch.randn(5, 6, generator=gen)
+    real = torch.randn(4, 6, generator=gen)
+    positive = F.cosine_similarity(local_p[:4], global_p[:4], dim=1) * 2.0
+    negative = F.cosine_similarity(local_p[:4], real, dim=1) * 2.0
+    official = -torch.log(torch.exp(positive) / (torch.exp(positive) + torch.exp(negative)))
+    ours = contrastive_loss(local_p, global_p, real, 0.5, 0.5, pairing="index")
+    assert float(ours) == pytest.approx(float(official.mean()), rel=1e-6)
+    every_pair = contrastive_loss(local_p, global_p, real, 0.5, 0.5)
+    assert float(every_pair) != pytest.approx(float(ours), rel=1e-3)
+
+
+def test_index_pairing_is_omitted_from_keys_by_default_and_labelled():
+    default, paired = FedBRConfig(), FedBRConfig(pairing="index")
+    assert "pairing" not in default.model_dump(mode="json")
+    assert paired.base_label() == "FedBR (index pairs)"
+    assert default.base_label() == "FedBR"
+
+
 def _features(local, x, x_pseudo):
     net = local.model.net
     return net.features(x), net.features(x_pseudo), local.global_pseudo_features(x_pseudo)
@@ -351,6 +373,13 @@ def test_rotated_partition_rotates_the_test_set_like_the_clients(tmp_path):
     for i in (0, 1, 2, 3, 6, 7):
         expected = rotate(plain.test_x[i : i + 1], angles[i % 4], plain.mean, plain.std)
         assert torch.allclose(setup.dataset.test_x[i : i + 1], expected, atol=1e-6)
+    # FedBR's code resamples rotated pixels by their nearest neighbour (PIL's default)
+    nearest = make_spec(partition={"rotation": {"step": 30, "interpolation": "nearest"}})
+    turned = setup_with_pseudo(nearest, tmp_path).dataset.test_x[1:2]
+    expected = rotate(plain.test_x[1:2], 30.0, plain.mean, plain.std, "nearest")
+    assert torch.equal(turned, expected) and not torch.allclose(turned, setup.dataset.test_x[1:2])
+    fill = torch.tensor([-plain.mean[0] / plain.std[0]])
+    assert torch.isin(turned, torch.cat([plain.test_x[1].flatten(), fill])).all()  # no blending
     assert not torch.equal(setup.dataset.test_x[1], plain.test_x[1])
     assert torch.equal(plain.test_x, load_dataset("digits").test_x)  # the cached set is untouched
     unrotated = make_spec(partition={"rotation": None})

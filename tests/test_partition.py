@@ -17,7 +17,7 @@ from fedhet.core.spec import (
     RotationSpec,
     SubsetPartition,
 )
-from fedhet.data.partition import _top_up, make_partition, summary_rows
+from fedhet.data.partition import _client_dirichlet, _top_up, make_partition, summary_rows
 
 FAST = settings(max_examples=40, deadline=None)
 
@@ -309,13 +309,14 @@ def test_capped_dirichlet_gives_no_class_to_a_client_already_full(clients, alpha
     labelled=label_arrays(min_size=1, max_size=400),
     clients=st.integers(1, 50),
     alpha=st.sampled_from([1e-3, 0.1, 1.0, 100.0]),
+    concentration=st.sampled_from(["uniform", "by_share"]),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_client_dirichlet_gives_every_client_n_over_k_distinct_samples(
-    labelled, clients, alpha, seed
+    labelled, clients, alpha, concentration, seed
 ):
     labels, num_classes = labelled
-    spec = ClientDirichletPartition(clients=clients, alpha=alpha)
+    spec = ClientDirichletPartition(clients=clients, alpha=alpha, concentration=concentration)
     partition = make_partition(spec, labels, num_classes, seed)
     assert_consistent(partition, labels, num_classes)
     assert [len(i) for i in partition.client_indices] == [len(labels) // clients] * clients
@@ -332,6 +333,39 @@ def test_client_dirichlet_is_label_skewed_and_drops_exhausted_classes():
     # every sample is used (N/K divides N), so the clients that came last had to take the
     # classes the others left, whatever their own q_k: the class totals are exact
     np.testing.assert_array_equal(histogram.sum(axis=0), np.full(10, 6000))
+
+
+class RecordingRng:
+    """A numpy Generator that records the concentration vector of every Dirichlet draw."""
+
+    def __init__(self, seed: int):
+        self.rng, self.concentrations = np.random.default_rng(seed), []
+
+    def dirichlet(self, alpha):
+        self.concentrations.append(np.asarray(alpha, dtype=np.float64).copy())
+        return self.rng.dirichlet(alpha)
+
+    def __getattr__(self, name):
+        return getattr(self.rng, name)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_client_dirichlet_by_share_concentrates_on_the_classes_left(seed):
+    """FedBR's code: client k's q_k ~ Dir(0.1 * p), p = each class's share of the samples no
+    earlier client took; an exhausted class gets no mass."""
+    labels = np.array([0] * 6 + [1] * 3 + [2] * 3)
+    spec = ClientDirichletPartition(clients=3, alpha=0.1, concentration="by_share")
+    rng = RecordingRng(seed)
+    clients = _client_dirichlet(spec, labels, 3, rng)
+    left = np.array([6.0, 3.0, 3.0])
+    for k, concentration in enumerate(rng.concentrations):
+        np.testing.assert_allclose(concentration, 0.1 * left[left > 0] / left.sum())
+        left -= np.bincount(labels[clients[k]], minlength=3)
+    assert len(rng.concentrations) == 3
+    np.testing.assert_allclose(rng.concentrations[0], [0.05, 0.025, 0.025])
+    uniform = RecordingRng(seed)
+    _client_dirichlet(spec.model_copy(update={"concentration": "uniform"}), labels, 3, uniform)
+    np.testing.assert_array_equal(uniform.concentrations, np.full((3, 3), 0.1))
 
 
 @FAST

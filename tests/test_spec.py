@@ -190,6 +190,30 @@ def test_boundary_values_are_accepted(field: str, value: Any):
     assert getattr(getattr(spec, section), name) == value
 
 
+def test_options_at_their_defaults_keep_every_key():
+    """The FedBR-alignment options, written out at their defaults, change no stage key."""
+    from fedhet.execution.planning import runs_of
+
+    base = {
+        "partition": {"scheme": "client_dirichlet", "rotation": {"step": 15}},
+        "algorithm": {"name": "fedbr"},
+    }
+    explicit = with_value(base, "partition.concentration", "uniform")
+    explicit = with_value(explicit, "partition.rotation.interpolation", "bilinear")
+    explicit = with_value(explicit, "algorithm.pairing", "all")
+
+    def keys(data):
+        return [node.key for run in runs_of(parse_spec(data)) for node in run.node.walk()]
+
+    assert keys(explicit) == keys(base)
+    for field, value in [
+        ("partition.concentration", "by_share"),
+        ("partition.rotation.interpolation", "nearest"),
+        ("algorithm.pairing", "index"),
+    ]:
+        assert keys(with_value(base, field, value)) != keys(base), field
+
+
 def test_clients_per_round_cannot_exceed_clients():
     base = {"partition": {"scheme": "iid", "clients": 5}}
     assert parse_spec(with_value(base, "federation.clients_per_round", 5)).clients_per_round == 5
@@ -227,6 +251,20 @@ def test_rotation_angles_need_one_angle_per_client(scheme: str):
         ({"seed": "zero"}, "seed: input should be a valid integer"),
         ({"model": {"hidden": [8, 0]}}, "model.hidden.1: input should be greater than or equal"),
         ({"partition": "iid"}, "partition: input should be a valid dictionary"),
+        (
+            {"partition": {"scheme": "client_dirichlet", "concentration": "share"}},
+            "partition.concentration: ",
+        ),
+        (
+            {"partition": {"scheme": "rotation", "rotation": {"interpolation": "cubic"}}},
+            "partition.rotation.interpolation: ",
+        ),
+        ({"algorithm": {"name": "fedbr", "pairing": "first"}}, "algorithm.pairing: "),
+        ({"model": {"arch": "fedbr"}}, "model.arch: "),
+        (
+            {"model": {"arch": "fedbr_cnn", "width": 12, "norm": "group", "groups": 8}},
+            "does not divide fedbr_cnn conv",
+        ),
     ],
 )
 def test_messages_locate_the_problem_as_the_user_wrote_it(data: dict, expected: str):

@@ -187,6 +187,34 @@ def _simple_cnn(
     )
 
 
+def _fedbr_cnn(
+    model: ModelFields, in_shape: tuple[int, int, int], num_classes: int
+) -> Architecture:
+    """FedBR's RotatedMNIST CNN (DomainBed's MNIST_CNN): four 3x3 convolutions of widths
+    (w, 2w, 2w, 2w), the second with stride 2, each followed by ReLU and then the norm layer;
+    global average pooling gives 2w features (the official code: w=64, GroupNorm(8))."""
+    w = model.width
+    widths = (w, 2 * w, 2 * w, 2 * w)
+
+    def conv_stage(name: str, cin: int, cout: int, stride: int) -> Stage:
+        norm = Norm(model.norm, cout, model.groups, dims=2)
+        return Stage(name, (Conv(cin, cout, 3, stride=stride, padding=1), ReLU(), norm))
+
+    c_in = in_shape[0]
+    stages = []
+    for i, (width, stride) in enumerate(zip(widths, (1, 2, 1, 1), strict=True), start=1):
+        stages.append(conv_stage(f"conv{i}", c_in, width, stride))
+        c_in = width
+    stages.append(Stage("pool", (GlobalAvgPool(), Flatten())))
+    return Architecture(
+        tuple(stages),
+        Linear(c_in, num_classes),
+        widths=widths,
+        widths_field="fedbr_cnn conv (model.width, then 2 * model.width)",
+        shrink="lower model.width",
+    )
+
+
 def _resnet(model: ModelFields, in_shape: tuple[int, int, int], num_classes: int) -> Architecture:
     """CIFAR-style ResNet: 3x3 stride-1 stem, no max-pool, stages doubling the width."""
     blocks = RESNET_BLOCKS[model.arch]
@@ -227,6 +255,7 @@ def _resnet(model: ModelFields, in_shape: tuple[int, int, int], num_classes: int
 ARCHITECTURES: dict[str, Callable[[ModelFields, tuple[int, int, int], int], Architecture]] = {
     "mlp": _mlp,
     "simple_cnn": _simple_cnn,
+    "fedbr_cnn": _fedbr_cnn,
     "resnet18": _resnet,
     "resnet20": _resnet,
 }

@@ -93,6 +93,10 @@ class RotationSpec(Section):
 
     angles: list[float] | None = None
     step: float = 15.0
+    interpolation: Annotated[Literal["bilinear", "nearest"], OMIT_IF_DEFAULT] = Field(
+        "bilinear",
+        description="how rotated pixels are resampled (FedBR's code: nearest, PIL's default)",
+    )
 
 
 class _PartitionBase(Section):
@@ -105,6 +109,11 @@ class _PartitionBase(Section):
         description="a client dealt more samples keeps this many, drawn at random without "
         "replacement (a reduced-data edition of a partition)",
     )
+
+    @property
+    def interpolation(self) -> Literal["bilinear", "nearest"]:
+        """How the rotation feature shift resamples pixels (bilinear without one)."""
+        return "bilinear" if self.rotation is None else self.rotation.interpolation
 
 
 class IIDPartition(_PartitionBase):
@@ -125,11 +134,16 @@ class DirichletPartition(_PartitionBase):
 
 
 class ClientDirichletPartition(_PartitionBase):
-    """FedBR's label skew: client k draws q_k ~ Dir_C(alpha) and N // K samples without
+    """FedBR's label skew: client k draws q_k ~ Dir_C(alpha * v) and N // K samples without
     replacement from it, an exhausted class dropped and q_k renormalized."""
 
     scheme: Literal["client_dirichlet"] = "client_dirichlet"
     alpha: float = Field(0.1, gt=0, le=MAX_FACTOR)
+    concentration: Annotated[Literal["uniform", "by_share"], OMIT_IF_DEFAULT] = Field(
+        "uniform",
+        description="v: uniform = all ones; by_share = each class's share of the samples no "
+        "client holds yet (FedBR's code; summing to 1, so about 10x more skewed for 10 classes)",
+    )
 
 
 class ClassesPartition(_PartitionBase):
@@ -207,7 +221,7 @@ def _applies_when(**choices: tuple[str, ...]) -> dict[str, Any]:
 
 
 class ModelSpec(Section):
-    arch: Literal["mlp", "simple_cnn", "resnet18", "resnet20"] = "simple_cnn"
+    arch: Literal["mlp", "simple_cnn", "fedbr_cnn", "resnet18", "resnet20"] = "simple_cnn"
     norm: Literal["batch", "group", "none"] = "none"
     hidden: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(
         default_factory=lambda: [200],
@@ -231,8 +245,8 @@ class ModelSpec(Section):
         16,
         ge=1,
         le=MAX_WIDTH,
-        description="resnet base width (resnet18 uses 64 in the papers)",
-        **_applies_when(arch=("resnet18", "resnet20")),
+        description="resnet and fedbr_cnn base width (both use 64 in the papers)",
+        **_applies_when(arch=("fedbr_cnn", "resnet18", "resnet20")),
     )
     groups: int = Field(
         2,

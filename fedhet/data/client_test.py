@@ -99,6 +99,6 @@ def client_test_data(
     for cid, idx in enumerate(load_index_lists(client_test)):
         x = ds.test_x[torch.from_numpy(idx)]
         if angles is not None and angles[cid] != 0:
-            x = rotate(x, float(angles[cid]), ds.mean, ds.std)
+            x = rotate(x, float(angles[cid]), ds.mean, ds.std, spec.partition.interpolation)
         clients.append(ClientData(cid, x.to(device), ds.test_y[torch.from_numpy(idx)].to(device)))
     return clients

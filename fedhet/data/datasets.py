@@ -108,13 +108,18 @@ def load_dataset(
     return _load_cached(name, resolved, source, download, channels, resize, scale)
 
 
+Interpolation = Literal["bilinear", "nearest"]
+
+
 def rotate(
     x: torch.Tensor,
     degrees: float,
     mean: Sequence[float] = (0.0,),
     std: Sequence[float] = (1.0,),
+    interpolation: Interpolation = "bilinear",
 ) -> torch.Tensor:
-    """Rotate a batch (N x C x H x W) counter-clockwise by `degrees`, bilinearly.
+    """Rotate a batch (N x C x H x W) counter-clockwise by `degrees`, resampling by
+    `interpolation`.
 
     `x` is taken to be normalized with `mean`/`std` (pass the dataset's); the corners the
     rotation uncovers are filled with a black (0) pixel in unnormalized space.
@@ -127,7 +132,8 @@ def rotate(
     channels = x.shape[-3]
     means, stds = _per_channel(mean, channels), _per_channel(std, channels)
     fill = [-m / s for m, s in zip(means, stds, strict=True)]
-    return tvf.rotate(x, float(degrees), interpolation=InterpolationMode.BILINEAR, fill=fill)
+    mode = InterpolationMode(interpolation)
+    return tvf.rotate(x, float(degrees), interpolation=mode, fill=fill)
 
 
 def _per_channel(values: Sequence[float], channels: int) -> list[float]:

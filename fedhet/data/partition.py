@@ -117,18 +117,31 @@ def _client_dirichlet(
     num_classes: int,
     rng: np.random.Generator,
 ):
-    """Client k, in turn, draws q_k ~ Dir_C(alpha) and N // K samples of labels ~ q_k without
-    replacement; a class that runs out is dropped and q_k renormalized (FedBR's code). The
-    N mod K samples left over belong to no client."""
+    """Client k, in turn, draws q_k ~ Dir_C(alpha * v) and N // K samples of labels ~ q_k
+    without replacement; a class that runs out is dropped and q_k renormalized (FedBR's code).
+    The N mod K samples left over belong to no client."""
     pools = _class_pools(labels, num_classes, rng)
     left = np.array([len(pool) for pool in pools], dtype=np.int64)
     per_client = len(labels) // spec.clients
     counts = np.zeros((spec.clients, num_classes), dtype=np.int64)
     for client in range(spec.clients):
-        shares = rng.dirichlet(np.full(num_classes, spec.alpha))
+        shares = _client_shares(spec, left, rng)
         counts[client] = _draw_from_remaining(per_client, shares, left, rng)
         left -= counts[client]
     return _deal(pools, np.vstack([counts, left]))[:-1]
+
+
+def _client_shares(
+    spec: ClientDirichletPartition, left: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """q_k ~ Dir_C(alpha * v); with by_share, v = the classes' shares of the samples left, an
+    exhausted class (share 0, the limit of a vanishing concentration) getting q = 0."""
+    if spec.concentration == "uniform":
+        return rng.dirichlet(np.full(len(left), spec.alpha))
+    shares = np.zeros(len(left))
+    held = left > 0
+    shares[held] = rng.dirichlet(spec.alpha * left[held] / left.sum())
+    return shares
 
 
 def _quantity(

@@ -15,7 +15,7 @@ import zarr
 from fedhet.core.errors import InputError
 from fedhet.core.spec import Spec
 from fedhet.data.clients import ClientData
-from fedhet.data.datasets import Dataset, load_data, rotate
+from fedhet.data.datasets import Dataset, Interpolation, load_data, rotate
 from fedhet.data.partition import Partition
 from fedhet.data.partition_stage import load_partition
 
@@ -68,30 +68,40 @@ def build_setup(spec: Spec, partition_group: zarr.Group) -> TrainSetup:
     device = resolve_device(spec.runtime.device)
     ds = load_data(spec.data)
     part = load_partition(partition_group)
+    mode = spec.partition.interpolation
     clients = [
-        client_data(ds, part, cid, idx, device) for cid, idx in enumerate(part.client_indices)
+        client_data(ds, part, cid, idx, device, mode) for cid, idx in enumerate(part.client_indices)
     ]
     validation = None
     if part.validation_indices is not None:
-        held = [client_data(ds, part, c, i, device) for c, i in enumerate(part.validation_indices)]
+        held = [
+            client_data(ds, part, c, i, device, mode) for c, i in enumerate(part.validation_indices)
+        ]
         validation = ClientData(-1, torch.cat([h.x for h in held]), torch.cat([h.y for h in held]))
     if part.angles is not None:
-        ds = replace(ds, test_x=rotated_like_clients(ds, part.angles))
+        ds = replace(ds, test_x=rotated_like_clients(ds, part.angles, mode))
     ds_device = ds if device.type == "cpu" else _to_device(ds, device)
     return TrainSetup(spec, ds_device, clients, device, validation=validation)
 
 
 def client_data(
-    ds: Dataset, part: Partition, cid: int, idx: np.ndarray, device: torch.device
+    ds: Dataset,
+    part: Partition,
+    cid: int,
+    idx: np.ndarray,
+    device: torch.device,
+    interpolation: Interpolation = "bilinear",
 ) -> ClientData:
     """Client `cid`'s training samples at `idx`, with its feature shift applied."""
     x = ds.train_x[torch.from_numpy(idx)]
     if part.angles is not None and part.angles[cid] != 0:
-        x = rotate(x, float(part.angles[cid]), ds.mean, ds.std)
+        x = rotate(x, float(part.angles[cid]), ds.mean, ds.std, interpolation)
     return ClientData(cid, x.to(device), ds.train_y[torch.from_numpy(idx)].to(device))
 
 
-def rotated_like_clients(ds: Dataset, angles: np.ndarray) -> torch.Tensor:
+def rotated_like_clients(
+    ds: Dataset, angles: np.ndarray, interpolation: Interpolation = "bilinear"
+) -> torch.Tensor:
     """The test images, image i rotated by client (i mod K)'s angle.
 
     With a rotation feature shift the test set covers every client's domain equally, so
@@ -102,7 +112,9 @@ def rotated_like_clients(ds: Dataset, angles: np.ndarray) -> torch.Tensor:
     for cid, degrees in enumerate(angles):
         members = position % len(angles) == cid
         if degrees != 0:
-            test_x[members] = rotate(test_x[members], float(degrees), ds.mean, ds.std)
+            test_x[members] = rotate(
+                test_x[members], float(degrees), ds.mean, ds.std, interpolation
+            )
     return test_x
 
 

@@ -10,7 +10,8 @@ the expectation over x_p ~ D_p, x ~ D_i of Eq. 2-3. phi_g is the round's global 
 extractor, frozen. P lives in the model state, so it is averaged and checkpointed like the rest.
 
 The official code multiplies the cosine similarities by tau instead of dividing by it:
-tau1 = tau2 = 0.5 here reproduces its default of 2.0.
+tau1 = tau2 = 0.5 here reproduces its default of 2.0 (exactly: x / 0.5 == x * 2 in floating
+point). It also pairs pseudo sample i with real sample i only (`pairing: index`).
 """
 
 from __future__ import annotations
@@ -81,11 +82,18 @@ def contrastive_loss(
     local_real: torch.Tensor,
     tau1: float,
     tau2: float,
+    pairing: str = "all",
 ) -> torch.Tensor:
-    """L_con (Eq. 5-7) on projected features, averaged over every (pseudo j, real k) pair.
+    """L_con (Eq. 5-7) on projected features, averaged over every (pseudo j, real k) pair, or
+    with index pairing over the pairs (pseudo i, real i), i < the smaller batch's size.
 
     -log f1 / (f1 + f2) = softplus(log f2 - log f1), computed in that stable form.
     """
+    if pairing == "index":
+        n = min(len(local_pseudo), len(local_real))
+        positive = F.cosine_similarity(local_pseudo[:n], global_pseudo[:n], dim=1) / tau1
+        negative = F.cosine_similarity(local_pseudo[:n], local_real[:n], dim=1) / tau2
+        return F.softplus(negative - positive).mean()
     positive = F.cosine_similarity(local_pseudo, global_pseudo, dim=1) / tau1
     negative = F.normalize(local_pseudo, dim=1) @ F.normalize(local_real, dim=1).T / tau2
     return F.softplus(negative - positive[:, None]).mean()
@@ -116,7 +124,9 @@ class LocalRound:
         self, z_pseudo: torch.Tensor, z_global: torch.Tensor, z_real: torch.Tensor
     ) -> torch.Tensor:
         p, cfg = self.model.projection, self.config
-        return contrastive_loss(p(z_pseudo), p(z_global), p(z_real), cfg.tau1, cfg.tau2)
+        return contrastive_loss(
+            p(z_pseudo), p(z_global), p(z_real), cfg.tau1, cfg.tau2, cfg.pairing
+        )
 
     def max_step(
         self, z_pseudo: torch.Tensor, z_global: torch.Tensor, z_real: torch.Tensor

@@ -3,12 +3,12 @@ plan (the train stage, with the `pseudo` stage upstream)."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
 from fedhet.core.pipeline import StageNode
-from fedhet.core.sections import MAX_COUNT, MAX_WIDTH, Section
+from fedhet.core.sections import MAX_COUNT, MAX_WIDTH, OMIT_IF_DEFAULT, Section
 from fedhet.core.spec import DatasetName, Spec
 from fedhet.data.partition_plan import partition_node
 from fedhet.engine.description import MethodConfig
@@ -79,6 +79,11 @@ class FedBRConfig(MethodConfig):
     mu: float = Field(0.5, ge=0, description="weight of L_con")
     tau1: float = Field(2.0, gt=0, description="L_con temperature of the positive pair (Eq. 5)")
     tau2: float = Field(2.0, gt=0, description="L_con temperature of the negative pairs (Eq. 6)")
+    pairing: Annotated[Literal["all", "index"], OMIT_IF_DEFAULT] = Field(
+        "all",
+        description="L_con's negative pairs: all = every (pseudo, real) pair (the expectation "
+        "of Eq. 2-3); index = pseudo sample i with real sample i (the official code)",
+    )
     projection_width: int = Field(256, ge=1, le=MAX_WIDTH)
     projection_dim: int = Field(128, ge=1, le=MAX_WIDTH)
 
@@ -102,4 +107,6 @@ class FedBRConfig(MethodConfig):
             label += " (pseudo-data each round)"
         if self.debias_features and (self.tau1, self.tau2) != (2.0, 2.0):
             label += f" (tau {self.tau1:g}/{self.tau2:g})"
+        if self.debias_features and self.pairing == "index":
+            label += " (index pairs)"
         return label
