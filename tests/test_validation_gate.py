@@ -14,7 +14,7 @@ import yaml
 from conftest import TINY_SPEC, CliRunner, write_spec
 
 from fedhet.core.errors import InputError
-from fedhet.core.spec import expand, json_schema, load_spec, parse_spec
+from fedhet.core.spec import applicable_dump, expand, json_schema, load_spec, parse_spec
 
 SPECS = sorted(Path(__file__).parent.parent.joinpath("specs").glob("*.yaml"))
 BN_METHODS = ["fedtan", "fedtan_ii", "fedavg_alg2", "fedbn", "silobn"]
@@ -194,6 +194,15 @@ def test_spec_show_fills_in_matrix_entries(fedhet: CliRunner, tmp_path):
     ]
     assert shown["seed"] == [0, 1]
 
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda path: path.stem)
+def test_every_committed_spec_as_shown_reads_back_as_the_same_runs(path):
+    """`spec show` fills defaults in; what it prints is a spec with exactly the same runs (a
+    check of one field against another must accept a filled-in default)."""
+    spec = load_spec(path)
+    shown = parse_spec(yaml.safe_load(yaml.safe_dump(applicable_dump(spec), sort_keys=False)))
+    assert [run for _, run in expand(shown)] == [run for _, run in expand(spec)]
 
 # --- hints --------------------------------------------------------------------------------
 

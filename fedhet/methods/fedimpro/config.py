@@ -27,7 +27,11 @@ class FedImproConfig(MethodConfig):
         "after the conv layers; mlp: hidden1)",
     )
     momentum: float = Field(
-        0.9, ge=0, lt=1, description="moving-average momentum of the client statistics (Eq. 7)"
+        0.9,
+        ge=0,
+        lt=1,
+        description="moving-average momentum of the client statistics (Eq. 7); unused with "
+        "rate_samples",
     )
     rate_samples: int | None = Field(
         None,
@@ -92,7 +96,9 @@ class FedImproConfig(MethodConfig):
 
     @model_validator(mode="after")
     def _one_rate(self) -> FedImproConfig:
-        if self.rate_samples is not None and "momentum" in self.model_fields_set:
+        """rate_samples replaces momentum; its default, which `spec show` fills in, may stay."""
+        default = type(self).model_fields["momentum"].default
+        if self.rate_samples is not None and self.momentum != default:
             raise ValueError("give either momentum or rate_samples (the statistics' rate)")
         return self
 
