@@ -5,6 +5,7 @@ matrix's entries, `spec show` fills them in, and hints repeat the user's overrid
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -195,6 +196,50 @@ def test_spec_show_fills_in_matrix_entries(fedhet: CliRunner, tmp_path):
     assert shown["seed"] == [0, 1]
 
 
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"algorithm": {"name": "fedbr"}, "federation": {"momentum_buffers": "client"}},
+            "federation.momentum_buffers: client is not supported by fedbr; use reset",
+        ),
+        (
+            {
+                "algorithm": {"name": "fedtan"},
+                "model": {"norm": "batch"},
+                "federation": {"momentum_buffers": "client"},
+            },
+            "federation.momentum_buffers: client is not supported by fedtan; use reset",
+        ),
+        (
+            {"algorithm": {"name": "centralized"}, "federation": {"momentum_buffers": "client"}},
+            "momentum_buffers: client keeps nothing: centralized's clients train without momentum",
+        ),
+        (
+            {
+                "algorithm": {"name": "fedavg", "local_momentum": 0},
+                "federation": {"momentum_buffers": "client", "momentum": 0.9},
+            },
+            "momentum_buffers: client keeps nothing: fedavg's clients train without momentum",
+        ),
+        (
+            {"algorithm": {"name": "fedavg", "vhl": {"labels": "shared", "predict": "all"}}},
+            "algorithm.vhl.predict: all scores the virtual classes' extra outputs",
+        ),
+        (
+            {"algorithm": {"name": "fedavg", "vhl": {"variant": "vfa", "virtual_scale": "clamp"}}},
+            "algorithm.vhl.virtual_scale: variant vfa draws no virtual images",
+        ),
+        (
+            {"algorithm": {"name": "fedbr", "debias_features": False, "pairing": "index"}},
+            "algorithm.pairing: pairs the samples of L_con, which debias_features: false",
+        ),
+    ],
+)
+def test_an_official_setup_option_that_would_do_nothing_is_refused(spec, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        parse_spec({"data": {"dataset": "digits"}, **spec})
+
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda path: path.stem)
 def test_every_committed_spec_as_shown_reads_back_as_the_same_runs(path):
@@ -203,6 +248,7 @@ def test_every_committed_spec_as_shown_reads_back_as_the_same_runs(path):
     spec = load_spec(path)
     shown = parse_spec(yaml.safe_load(yaml.safe_dump(applicable_dump(spec), sort_keys=False)))
     assert [run for _, run in expand(shown)] == [run for _, run in expand(spec)]
+
 
 # --- hints --------------------------------------------------------------------------------
 

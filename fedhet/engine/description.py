@@ -128,10 +128,18 @@ class MethodConfig(AlgorithmSpec):
             )
         for config in self.objectives():
             config.check(spec)
-        if spec.federation.momentum_buffers == "client" and not self.keeps_momentum_buffers:
-            raise InputError(
-                f"federation.momentum_buffers: client is not supported by {self.name}; use reset"
-            )
+        if spec.federation.momentum_buffers == "client":
+            if not self.keeps_momentum_buffers:
+                raise InputError(
+                    f"federation.momentum_buffers: client is not supported by {self.name}; "
+                    "use reset"
+                )
+            if self.client_momentum(spec.federation) == 0:
+                raise InputError(
+                    f"federation.momentum_buffers: client keeps nothing: {self.name}'s clients "
+                    "train without momentum; set federation.momentum (or algorithm.local_momentum) "
+                    "or use reset"
+                )
 
     def objectives(self) -> list[ObjectiveConfig]:
         """The configs of the objective wrappers turned on (at most one trains)."""

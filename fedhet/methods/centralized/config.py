@@ -15,6 +15,7 @@ class CentralizedConfig(MethodConfig):
 
     def check(self, spec) -> None:
         """One machine trains on the union: it has no clients' devices to be heterogeneous."""
+        super().check(spec)
         if spec.federation.system is not None:
             raise InputError(
                 "federation.system: centralized training has no clients whose devices differ; "

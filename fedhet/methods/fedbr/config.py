@@ -7,6 +7,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
+from fedhet.core.errors import InputError
 from fedhet.core.pipeline import StageNode
 from fedhet.core.sections import MAX_COUNT, MAX_WIDTH, OMIT_IF_DEFAULT, Section
 from fedhet.core.spec import DatasetName, Spec
@@ -90,6 +91,14 @@ class FedBRConfig(MethodConfig):
     @property
     def uses_pseudo(self) -> bool:
         return self.debias_classifier or self.debias_features
+
+    def check(self, spec: Spec) -> None:
+        super().check(spec)
+        if self.pairing != "all" and not self.debias_features:
+            raise InputError(
+                "algorithm.pairing: pairs the samples of L_con, which debias_features: false "
+                "turns off; remove it"
+            )
 
     def plan(self, spec: Spec) -> StageNode:
         """The train node, with the pseudo batch upstream when a component uses it."""

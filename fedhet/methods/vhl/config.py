@@ -140,7 +140,18 @@ class VHLSpec(ObjectiveConfig):
         return self.extra_outputs(num_classes) if self.predict == "all" else 0
 
     def check(self, spec: Spec) -> None:
-        virtual_classes(self, data_shape(spec.data).classes)
+        classes = data_shape(spec.data).classes
+        virtual_classes(self, classes)
+        if self.virtual_scale != "standardize" and not self.uses_images:
+            raise InputError(
+                f"algorithm.vhl.virtual_scale: variant {self.variant} draws no virtual images; "
+                "remove it"
+            )
+        if self.predict == "all" and self.extra_outputs(classes) == 0:
+            raise InputError(
+                "algorithm.vhl.predict: all scores the virtual classes' extra outputs, which "
+                f"this VHL (variant {self.variant}, labels: {self.labels}) does not add; remove it"
+            )
 
     def label(self) -> str:
         label = _VARIANT_LABELS[self.variant]
