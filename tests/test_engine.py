@@ -73,19 +73,26 @@ def assert_states_equal(a: dict, b: dict) -> None:
 # --- local SGD ----------------------------------------------------------------------------
 
 
+def round_batches(spec: Spec, rnd: int, n: int, steps: int) -> list[torch.Tensor]:
+    """Client 0's `steps` batches of round `rnd` over its `n` samples, written out by hand:
+    seeded permutations cut into batches."""
+    gen = torch_generator(spec.seed, "local", rnd, 0)
+    size = spec.federation.batch_size
+    batches: list[torch.Tensor] = []
+    while len(batches) < steps:
+        perm = torch.randperm(n, generator=gen)
+        batches += [perm[i : i + size] for i in range(0, n, size)]
+    return batches[:steps]
+
+
 def reference_sgd(spec: Spec, x: torch.Tensor, y: torch.Tensor, steps: int) -> dict:
-    """Plain SGD written out by hand: per round, seeded permutations cut into batches."""
+    """Plain SGD written out by hand over `round_batches`."""
     fed = spec.federation
     model = build_model(spec.model, DIGITS.shape, DIGITS.num_classes, spec.seed)
     params = list(model.parameters())
     for rnd in range(fed.rounds):
         lr = fed.lr * fed.lr_decay**rnd
-        gen = torch_generator(spec.seed, "local", rnd, 0)
-        batches: list[torch.Tensor] = []
-        while len(batches) < steps:
-            perm = torch.randperm(len(y), generator=gen)
-            batches += [perm[i : i + fed.batch_size] for i in range(0, len(y), fed.batch_size)]
-        for idx in batches[:steps]:
+        for idx in round_batches(spec, rnd, len(y), steps):
             loss = F.cross_entropy(model(x[idx]), y[idx])
             grads = torch.autograd.grad(loss, params)
             with torch.no_grad():
@@ -295,21 +302,29 @@ class Interrupt(Exception):
     pass
 
 
-def test_a_run_resumed_from_its_checkpoint_equals_an_uninterrupted_run(tmp_path):
-    reference = make_engine(make_setup(**RESUMABLE), tmp_path / "reference").run()
+def interrupted_and_resumed(
+    fields: dict, tmp_path: Path
+) -> tuple[RunState, RunState | None, RunState]:
+    """(the uninterrupted run, the checkpoint left by the run stopped in round 3, that run
+    resumed from it) of the spec `make_setup(**fields)`, checkpointing every 2 rounds."""
+    reference = make_engine(make_setup(**fields), tmp_path / "reference").run()
 
-    def stop_after_round_3(rnd, row):
+    def stop_in_round_3(rnd, row):
         if rnd == 2:
             raise Interrupt
 
     folder = tmp_path / "interrupted"
     with pytest.raises(Interrupt):
         make_engine(
-            make_setup(**RESUMABLE), folder, checkpoint_every=2, on_round=stop_after_round_3
+            make_setup(**fields), folder, checkpoint_every=2, on_round=stop_in_round_3
         ).run()
     saved = Checkpoints(folder, CPU).latest()
+    return reference, saved, make_engine(make_setup(**fields), folder, checkpoint_every=2).run()
+
+
+def test_a_run_resumed_from_its_checkpoint_equals_an_uninterrupted_run(tmp_path):
+    reference, saved, resumed = interrupted_and_resumed(RESUMABLE, tmp_path)
     assert saved.round == 2 and saved.client_states  # resumes from round 2, with controls
-    resumed = make_engine(make_setup(**RESUMABLE), folder, checkpoint_every=2).run()
     assert resumed.metrics["wall_time"][:2] == saved.metrics["wall_time"]  # really resumed
     assert comparable(resumed.metrics) == comparable(reference.metrics)
     assert_states_equal(resumed.global_state, reference.global_state)

@@ -10,19 +10,18 @@ import torch.nn.functional as F
 from test_engine import (
     CPU,
     DIGITS,
-    Interrupt,
     assert_states_equal,
     comparable,
+    interrupted_and_resumed,
     make_engine,
     make_setup,
+    round_batches,
 )
 
-from fedhet.core.rng import torch_generator
 from fedhet.core.spec import parse_spec
 from fedhet.engine.client_executors import client_executor
 from fedhet.engine.executor import SequentialExecutor
 from fedhet.engine.local import buffer_weight, effective_steps
-from fedhet.engine.loop import Checkpoints
 from fedhet.models import build_model
 
 ONE_CLIENT = {
@@ -49,12 +48,7 @@ def continued_sgd(spec, x, y, steps: int) -> dict:
     )
     for rnd in range(fed.rounds):
         opt.param_groups[0]["lr"] = fed.lr * fed.lr_decay**rnd
-        gen = torch_generator(spec.seed, "local", rnd, 0)
-        batches: list[torch.Tensor] = []
-        while len(batches) < steps:
-            perm = torch.randperm(len(y), generator=gen)
-            batches += [perm[i : i + fed.batch_size] for i in range(0, len(y), fed.batch_size)]
-        for idx in batches[:steps]:
+        for idx in round_batches(spec, rnd, len(y), steps):
             opt.zero_grad()
             F.cross_entropy(model(x[idx]), y[idx]).backward()
             opt.step()
@@ -109,18 +103,8 @@ KEPT = {
 
 
 def test_a_resumed_run_with_kept_buffers_equals_an_uninterrupted_run(tmp_path):
-    reference = make_engine(make_setup(**KEPT), tmp_path / "reference").run()
-
-    def stop_in_round_3(rnd, row):
-        if rnd == 2:
-            raise Interrupt
-
-    folder = tmp_path / "interrupted"
-    with pytest.raises(Interrupt):
-        make_engine(make_setup(**KEPT), folder, checkpoint_every=2, on_round=stop_in_round_3).run()
-    saved = Checkpoints(folder, CPU).latest()
+    reference, saved, resumed = interrupted_and_resumed(KEPT, tmp_path)
     assert any("momentum_buffer_weight" in s for s in saved.client_states.values())
-    resumed = make_engine(make_setup(**KEPT), folder, checkpoint_every=2).run()
     assert comparable(resumed.metrics) == comparable(reference.metrics)
     assert_states_equal(resumed.global_state, reference.global_state)
     assert_states_equal(resumed.server_state, reference.server_state)
