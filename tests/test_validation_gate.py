@@ -231,6 +231,10 @@ def test_spec_show_fills_in_matrix_entries(fedhet: CliRunner, tmp_path):
             "algorithm.vhl.virtual_scale: variant vfa draws no virtual images",
         ),
         (
+            {"algorithm": {"name": "fedimpro", "weight": 0, "sample_from": "client"}},
+            "algorithm.sample_from: weight 0 samples no features",
+        ),
+        (
             {"algorithm": {"name": "fedbr", "debias_features": False, "pairing": "index"}},
             "algorithm.pairing: pairs the samples of L_con, which debias_features: false",
         ),

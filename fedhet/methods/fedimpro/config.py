@@ -114,6 +114,10 @@ class FedImproConfig(MethodConfig):
     def check(self, spec) -> None:
         super().check(spec)
         resolve_split(spec.model.split_points(), self.split)
+        if self.weight == 0 and self.sample_from != "global":
+            raise InputError(
+                "algorithm.sample_from: weight 0 samples no features; remove it or set weight"
+            )
 
     def base_label(self) -> str:
         label = self.name + (f"@{self.split}" if self.split else "")
