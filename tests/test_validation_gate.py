@@ -103,7 +103,9 @@ def test_a_field_at_its_default_or_applying_to_some_run_is_kept():
     with pytest.raises(InputError, match="model.channels: applies to arch simple_cnn only"):
         parse_spec({**both, "matrix": {"model.arch": ["mlp", "resnet20"]}})
     entries = {"model": [{"arch": "mlp", "width": 8}, {"arch": "simple_cnn"}]}
-    with pytest.raises(InputError, match="model.width: applies to arch resnet18, resnet20 only"):
+    with pytest.raises(
+        InputError, match="model.width: applies to arch fedbr_cnn, resnet18, resnet20 only"
+    ):
         parse_spec({"matrix": entries})
 
 
