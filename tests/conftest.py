@@ -65,8 +65,10 @@ _FORK_SERVER = r"""
 import json, os, sys, traceback
 
 import fedhet.cli
-import fedhet.models, fedhet.figures, fedhet.execution.planning  # the slow imports, paid once
-import sklearn.datasets
+# the slow imports, paid once: torch, torchvision (alone several seconds), sklearn, matplotlib
+import fedhet.models, fedhet.figures, fedhet.execution.planning, fedhet.execution.sweep
+import fedhet.engine.loop, fedhet.reports.evaluation
+import sklearn.datasets, torchvision
 
 for line in sys.stdin:
     request = json.loads(line)
