@@ -4,8 +4,9 @@
 (torch, torchvision) on a busy 2-core machine. Most CLI tests use the session-scoped `fedhet`
 fixture instead: one server process pays the imports once, then forks a fresh child per command
 that runs `fedhet.cli.main()` exactly as the console script does (its own argv, environment,
-working directory and stdout/stderr files, exit code from `sys.exit`, and the interpreter's
-traceback on an uncaught exception).
+working directory and stdout/stderr files, PYTHONPATH's folders first on sys.path, exit code from
+`sys.exit`, and the interpreter's traceback on an uncaught exception). What only a new interpreter
+does (sitecustomize, signals to a process, the imports' weight) needs `run_fedhet`.
 """
 
 from __future__ import annotations
@@ -65,8 +66,10 @@ _FORK_SERVER = r"""
 import json, os, sys, traceback
 
 import fedhet.cli
-import fedhet.models, fedhet.figures, fedhet.execution.planning  # the slow imports, paid once
-import sklearn.datasets
+# the slow imports, paid once: torch, torchvision (alone several seconds), sklearn, matplotlib
+import fedhet.models, fedhet.figures, fedhet.execution.planning, fedhet.execution.sweep
+import fedhet.engine.loop, fedhet.reports.evaluation
+import sklearn.datasets, torchvision
 
 for line in sys.stdin:
     request = json.loads(line)
@@ -77,6 +80,8 @@ for line in sys.stdin:
             os.chdir(request["cwd"])
             os.environ.clear()
             os.environ.update(request["env"])
+            # as a new interpreter would: PYTHONPATH's folders first (entry points, plug-ins)
+            sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
             for fd, name in ((1, "stdout"), (2, "stderr")):
                 os.dup2(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
             sys.argv = ["fedhet", *request["args"]]

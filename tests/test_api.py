@@ -4,8 +4,6 @@ its tables agree with what the command line stores and exports."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -26,14 +24,13 @@ def readme_example() -> str:
 
 
 @pytest.mark.slow
-def test_the_readme_example_runs_as_written(tmp_path):
+def test_the_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
     code = readme_example().replace('store="artifacts"', f'store="{tmp_path / "store"}"')
     code = code.replace('report("reports")', f'report("{tmp_path / "reports"}")')
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "within noise" in proc.stdout or "ahead" in proc.stdout or "behind" in proc.stdout
+    monkeypatch.chdir(REPO)
+    exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})  # here: torch is loaded
+    printed = capsys.readouterr().out
+    assert "within noise" in printed or "ahead" in printed or "behind" in printed
     assert (tmp_path / "reports" / "quickstart.md").exists()
 
 

@@ -104,10 +104,11 @@ CRASH_LINE = re.compile(
 
 
 def test_an_unexpected_exception_is_one_line_with_the_traceback_in_a_file(
-    corrupt_store: tuple[Path, Path], tmp_path: Path
+    fedhet: CliRunner, corrupt_store: tuple[Path, Path], tmp_path: Path
 ):
     spec, store = corrupt_store
-    result = installed("train", spec, env=cli_env(store, FEDHET_CRASH_DIR=str(tmp_path)))
+    env = cli_env(store, FEDHET_CRASH_DIR=str(tmp_path))
+    result = fedhet("train", spec, env=env)  # `main()` as the console script runs it, in a fork
     assert result.rc == 1, result.stderr
     assert "Traceback" not in result.stderr
     errors = [line for line in stderr_lines(result) if line.startswith("error")]

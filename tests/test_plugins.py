@@ -4,8 +4,9 @@ goes through `fedhet spec validate`, `train` and `report` like a built-in; broke
 reported in one line each while every other method keeps working.
 
 The packages are built and installed with pip into a temporary folder that only the `fedhet`
-subprocesses get on their PYTHONPATH (entry points are found on sys.path), so the shared virtual
-environment is never changed.
+commands get on their PYTHONPATH (entry points are found on sys.path), so the shared virtual
+environment is never changed. The commands run in forks of the `fedhet` fixture, which puts
+PYTHONPATH on sys.path as a new interpreter does and has loaded no method yet.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import cli_env, run_fedhet, write_spec
+from conftest import CliRunner, cli_env, write_spec
 
 PLUGINS = Path(__file__).parent / "plugins"
 BROKEN = {
@@ -89,15 +90,17 @@ def stored_runs(store: Path) -> dict[str, dict[str, np.ndarray]]:
 
 
 @pytest.mark.slow
-def test_a_third_party_method_validates_trains_and_reports(example: Path, tmp_path: Path):
+def test_a_third_party_method_validates_trains_and_reports(
+    fedhet: CliRunner, example: Path, tmp_path: Path
+):
     spec, store = write_spec(tmp_path / "plugin.yaml", SPEC), tmp_path / "store"
     env = env_with(store, example)
 
-    validated = run_fedhet("spec", "validate", spec, env=env)
+    validated = fedhet("spec", "validate", spec, env=env)
     assert (validated.rc, validated.stderr) == (0, "")
     assert "valid (3 runs)" in " ".join(validated.stdout.split())  # rich wraps long paths
 
-    trained = run_fedhet("train", spec, env=env)
+    trained = fedhet("train", spec, env=env)
     assert trained.rc == 0, trained.stderr
     # the plug-in's stage has its own key, shared by both temperatures: computed once
     skew_lines = [line for line in trained.stderr.splitlines() if line.startswith("label_skew ")]
@@ -111,7 +114,7 @@ def test_a_third_party_method_validates_trains_and_reports(example: Path, tmp_pa
         np.testing.assert_allclose(runs["skewavg-0.0"][metric], runs["fedavg"][metric], rtol=1e-9)
     assert not np.allclose(runs["skewavg-3.0"]["test_loss"], runs["fedavg"]["test_loss"])
 
-    reported = run_fedhet("report", spec, "--train", "--out", tmp_path / "reports", env=env)
+    reported = fedhet("report", spec, "--train", "--out", tmp_path / "reports", env=env)
     assert reported.rc == 0, reported.stderr
     assert "computing" not in reported.stderr  # everything was reused
     table = (tmp_path / "reports" / "plugin.md").read_text()
@@ -120,10 +123,10 @@ def test_a_third_party_method_validates_trains_and_reports(example: Path, tmp_pa
 
 @pytest.mark.slow
 def test_broken_plugins_are_reported_in_one_line_each_and_the_rest_keep_working(
-    example: Path, broken: Path, tmp_path: Path
+    fedhet: CliRunner, example: Path, broken: Path, tmp_path: Path
 ):
     spec = write_spec(tmp_path / "plugin.yaml", SPEC)
-    result = run_fedhet("spec", "validate", spec, env=env_with(tmp_path / "store", example, broken))
+    result = fedhet("spec", "validate", spec, env=env_with(tmp_path / "store", example, broken))
     assert result.rc == 0, result.stderr
     assert "valid (3 runs)" in " ".join(result.stdout.split())
     lines = result.stderr.splitlines()

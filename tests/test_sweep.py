@@ -131,7 +131,7 @@ def test_resources_the_cluster_cannot_satisfy_exit_2_in_one_line(ray_cluster, fe
     assert not (tmp_path / "s").exists()  # nothing started
 
 
-def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, tmp_path):
+def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, fedhet, tmp_path):
     spec, expected, _ = sequential
     store = tmp_path / "s"
     # a lock of a dead process of this host is stale at once; the short timeout is for others
@@ -151,15 +151,8 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, tmp_path
     os.killpg(first.pid, signal.SIGKILL)  # the command and its workers, all at once
     first.wait(timeout=30)
     assert list(store.glob("train/*.lock"))  # left behind by the dead workers
-    rerun = subprocess.run(  # in order, so that its messages say what it does
-        [sys.executable, "-m", "fedhet", "train", spec],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert rerun.returncode == 0, rerun.stderr
+    rerun = fedhet("train", spec, env=env)  # in order, so that its messages say what it does
+    assert rerun.rc == 0, rerun.stderr
     assert "taking over the stale lock of" in rerun.stderr
     assert re.search(r"resuming train \w+ from round [23] of 3", rerun.stderr), rerun.stderr
     assert_same(stored(store), expected)

@@ -5,8 +5,6 @@ without it, and `fedhet train` / `fedhet report` with it end to end."""
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import pytest
 import torch
 import yaml
 import zarr
+from conftest import CliResult, CliRunner
 
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext, ensure
@@ -255,25 +254,26 @@ def test_tct_stage_2_fits_the_kept_samples_and_selects_by_validation(tmp_path):
 # --- the CLI ------------------------------------------------------------------------------
 
 
-def test_train_with_a_validation_split_and_the_report_labels_the_selection(tmp_path: Path):
+def test_train_with_a_validation_split_and_the_report_labels_the_selection(
+    fedhet: CliRunner, tmp_path: Path
+):
     raw = spec_data(None, federation={"rounds": 3, "batch_size": 64, "lr": 0.05})
     raw["matrix"] = {"algorithm": [{"name": "fedavg"}, {"name": "centralized"}]}
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     store, out = tmp_path / "store", tmp_path / "report"
 
-    def fedhet(*args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "fedhet", *args, "--store", str(store)]
-        return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    def run(*args: str) -> CliResult:
+        return fedhet(*args, "--store", store, cwd=tmp_path)
 
-    trained = fedhet("train", str(path), "data.validation=0.2")
-    assert trained.returncode == 0, trained.stderr
-    reported = fedhet("report", str(path), "data.validation=0.2", "--out", str(out))
-    assert reported.returncode == 0, reported.stderr
+    trained = run("train", str(path), "data.validation=0.2")
+    assert trained.rc == 0, trained.stderr
+    reported = run("report", str(path), "data.validation=0.2", "--out", str(out))
+    assert reported.rc == 0, reported.stderr
     text = (out / f"{raw['name']}.md").read_text()
     assert "Test accuracy at the best validation round, in %" in text
     assert "### Test accuracy at the best validation round" in text
     assert "| test at best val |" in text and "Best test accuracy" not in text
-    refused = fedhet("train", str(path), "data.validation=1")
-    assert refused.returncode == 2 and "data.validation" in refused.stderr
+    refused = run("train", str(path), "data.validation=1")
+    assert refused.rc == 2 and "data.validation" in refused.stderr
     assert "Traceback" not in refused.stderr
