@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import zarr
-from conftest import REPO, CliRunner, write_spec
+from conftest import CliRunner, write_spec
 
 from fedhet import __version__
 from fedhet.core import provenance
@@ -52,22 +52,35 @@ def test_environment_names_versions_build_threads_device_and_platform(one_thread
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_git_revision_is_the_checkouts_head_and_its_state():
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
-    )
-    if head.returncode != 0:
-        pytest.skip("not run from a git checkout")
-    status = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    provenance.git_revision.cache_clear()
-    assert provenance.environment()["git"] == {
-        "revision": head.stdout.strip(),
-        "dirty": bool(status.strip()),
-    }
+def test_git_revision_is_head_and_dirty_only_for_changes_outside_reports(tmp_path):
+    """A report written by `make reproduce` and not yet committed leaves the next run computed
+    from the commit; any other tracked change makes it "uncommitted changes"."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "table.md").write_text("old\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+
+    def revision() -> dict | None:
+        provenance.git_revision.cache_clear()
+        try:
+            return provenance.git_revision(tmp_path.resolve())
+        finally:
+            provenance.git_revision.cache_clear()
+
+    head = git("rev-parse", "HEAD")
+    (tmp_path / "reports" / "table.md").write_text("new\n")
+    (tmp_path / "untracked.py").write_text("y = 2\n")
+    assert revision() == {"revision": head, "dirty": False}
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert revision() == {"revision": head, "dirty": True}
 
 
 def test_without_git_the_revision_is_absent_and_nothing_fails(monkeypatch, tmp_path):

@@ -28,9 +28,10 @@ COMPARED = ("threads", "torch", "torch_cuda", "torch_git", "device", "clients")
 
 
 @functools.cache
-def git_revision() -> dict[str, Any] | None:
-    """HEAD and whether tracked files differ from it, when fedhet runs from a git checkout."""
-    checkout = Path(__file__).resolve().parents[2]
+def git_revision(checkout: Path = Path(__file__).resolve().parents[2]) -> dict[str, Any] | None:
+    """HEAD and whether tracked files outside `reports/` differ from it, when fedhet runs from
+    a git checkout. `reports/` holds what `make reproduce` writes, not what computes a result:
+    a run started while a report waits to be committed is still computed from the commit."""
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -44,7 +45,7 @@ def git_revision() -> dict[str, Any] | None:
     try:
         if Path(git("rev-parse", "--show-toplevel")).resolve() != checkout:
             return None  # installed inside some other repository
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!reports"))
         return {"revision": git("rev-parse", "HEAD"), "dirty": dirty}
     except (OSError, subprocess.SubprocessError):  # no git, not a checkout, git refused
         return None
