@@ -30,15 +30,15 @@ class FedImproConfig(MethodConfig):
         0.9,
         ge=0,
         lt=1,
-        description="moving-average momentum of the client statistics (Eq. 7); unused with "
-        "rate_samples",
+        description="moving-average momentum of the client statistics (Eq. 7); 0 replaces "
+        "them with each batch's (the authors' code); unused with rate_samples",
     )
     rate_samples: int | None = Field(
         None,
         ge=1,
         le=MAX_COUNT,
         description="instead of momentum, class c moves by min(1, n_c / rate_samples) per step, "
-        "n_c its samples in the batch (the authors' code: 5000); null: by 1 - momentum",
+        "n_c its samples in the batch; null: by 1 - momentum",
     )
     sample_from: Source = Field(
         "global",
@@ -127,6 +127,7 @@ class FedImproConfig(MethodConfig):
             f"ramp={self.ramp}" if self.ramp is not None else "",
             f"ramp={self.ramp_rounds}r" if self.ramp_rounds not in (None, 500) else "",
             f"rate=n/{self.rate_samples}" if self.rate_samples else "",
+            f"momentum={self.momentum}" if self.momentum != 0.9 else "",
             "sample=client" if self.sample_from == "client" else "",
             f"clip={self.std_clip}" if self.std_clip != 0.1 else "",
             f"noise={self.noise_std}" if self.noise_std > 0 else "",
