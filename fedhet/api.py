@@ -5,13 +5,15 @@ comparisons as pandas DataFrames; training and reports as the command line does 
 
     experiment = fedhet.load("specs/quickstart.yaml", "federation.rounds=10", store="artifacts")
     experiment.train()               # what `fedhet train` does (jobs=2: two worker processes)
-    experiment.runs()                # a row per run: labels, seed, key, state, accuracies
+    experiment.runs()                # a row per run: labels, seed, key, state, best_test,
+                                     # test_at_best_val (with a validation split), final
     experiment.metrics()             # a row per run and round: the columns of `fedhet export`
     experiment.compare()             # paired differences against the first algorithm
     experiment.report("reports")     # what `fedhet report` writes
 
-Nothing is trained unless asked (`train()`, or `train=True` where a reader takes it); reading a
-run that is not stored raises the same InputError as the command line.
+Nothing is trained unless asked (`train()`, or `train=True` where a reader takes it). Failures
+are fedhet's own errors (fedhet.core.errors) with the command line's one-line messages: reading a
+run that is not stored raises InputError, reading a damaged artifact DamagedArtifactError.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from rich.console import Console
 from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import ProgressSink
 from fedhet.core.spec import Spec, apply_overrides, load_spec, parse_spec
-from fedhet.core.store import ArtifactStore
+from fedhet.core.store import ArtifactStore, damage_named
 from fedhet.execution.planning import Run, runs_of
 from fedhet.execution.results import require_stored
 from fedhet.execution.train import Options
 from fedhet.execution.train import train as train_runs
+from fedhet.metrics.summary import validated
 from fedhet.reports import comparison, export, report, status
 
 
@@ -71,6 +74,7 @@ class Experiment:
     def __post_init__(self) -> None:
         self._runs: list[Run] = runs_of(self.spec)
 
+    @damage_named()
     def train(self, jobs: int | None = None) -> pd.DataFrame:
         """Compute what every run is missing (in order here, or on `jobs` worker processes);
         the runs' result rows. A diverged or failed run is a row too; the first failure that is
@@ -81,37 +85,58 @@ class Experiment:
             raise errors[0]
         return pd.DataFrame(rows)
 
+    @damage_named()
     def runs(self) -> pd.DataFrame:
         """A row per run as far as the store has it: labels, seed, key, state, best and final
         test accuracy, rounds, wall time (what `fedhet runs` prints)."""
         rows = [status.run_row(run, self.store) | {"key": run.node.key} for run in self._runs]
         return pd.DataFrame(rows)
 
+    @damage_named()
     def metrics(self, train: bool = False) -> pd.DataFrame:
         """A row per run and round with the columns of `fedhet export`."""
         self._require_stored(train)
         return pd.DataFrame(export.long_rows(export.collect(self._runs, self.store, train)))
 
-    def compare(self, baseline: str | None = None, train: bool = False) -> pd.DataFrame:
+    @damage_named()
+    def compare(
+        self,
+        baseline: str | None = None,
+        train: bool = False,
+        floor: float = comparison.FLOOR_ACCURACY,
+    ) -> pd.DataFrame:
         """The report's paired differences: a row per metric, setting and algorithm against
-        `baseline` (default the matrix's first algorithm)."""
+        `baseline` (default the matrix's first algorithm); `floor` is the smallest difference
+        in accuracy (a fraction: 0.005 is half a point) a verdict calls a gain."""
         reference = report.reference_algorithm(self._runs, baseline)
         self._require_stored(train)
         rows = report.collect(self._runs, self.store, Console(stderr=True, quiet=True), train)
         cells = report.cells(rows)
+        metrics = comparison.paired_metrics(self.spec.eval.target_accuracy, validated(rows))
         return pd.DataFrame(
             _paired_row(metric, row, reference)
-            for metric in comparison.paired_metrics(self.spec.eval.target_accuracy)
-            for row in comparison.compared(cells, reference, metric)
+            for metric in metrics
+            for row in comparison.compared(cells, reference, metric, floor)
         )
 
+    @damage_named()
     def report(
-        self, out: str | Path = "reports", baseline: str | None = None, train: bool = False
+        self,
+        out: str | Path = "reports",
+        baseline: str | None = None,
+        train: bool = False,
+        floor: float = comparison.FLOOR_ACCURACY,
     ) -> Path:
         """Write what `fedhet report` writes into `out`; the markdown file's path."""
         self._require_stored(train)
         markdown, _ = report.write_report(
-            self.spec, self._runs, self.store, Path(out), train=train, baseline=baseline
+            self.spec,
+            self._runs,
+            self.store,
+            Path(out),
+            train=train,
+            baseline=baseline,
+            floor=floor,
         )
         return markdown
 
@@ -134,6 +159,7 @@ def _paired_row(metric: comparison.PairedMetric, row: comparison.PairedRow, refe
         "ci_high": c.high,
         "seeds_ahead": c.ahead,
         "verdict": c.verdict,
+        "rounds": row.rounds,
         "differences": list(row.pairing.differences),
     }
 

@@ -53,7 +53,7 @@ def test_runs_and_metrics_are_dataframes_of_every_run(trained, monkeypatch):
     # the best test accuracy of each run, from its rounds, is the one `runs()` reports
     best = metrics.groupby("run").test_accuracy.max()
     for _, row in runs.iterrows():
-        assert best[row.label] == pytest.approx(row.best_accuracy)
+        assert best[row.label] == pytest.approx(row.best_test)
 
 
 def test_compare_pairs_runs_by_seed(trained):

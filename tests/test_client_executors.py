@@ -70,7 +70,7 @@ def test_the_executor_is_recorded_never_keyed_and_reuse_across_executors_announc
 def final_accuracy(clients: str, seed: int, folder) -> float:
     group = execute(run_of(clients, seed=seed), ArtifactStore(folder / clients))  # same keys
     assert group.attrs["environment"]["clients"] == clients
-    return group.attrs["summary"]["final_accuracy"]
+    return group.attrs["summary"]["final"]
 
 
 def test_a_vectorized_run_lands_within_the_seed_spread_of_sequential_runs(tmp_path, one_thread):

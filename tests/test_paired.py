@@ -17,7 +17,7 @@ from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import runs_of
 from fedhet.metrics.paired import compare, pair
 from fedhet.metrics.summary import evaluated_mean, summarize, tail_mean
-from fedhet.reports.comparison import compared, paired_metrics
+from fedhet.reports.comparison import compared, describe_rounds, paired_metrics
 
 # Student t quantiles t(0.975, df). With df = 2 the distribution function is
 # 1/2 + t / (2 sqrt(2 + t^2)), so t(p, 2) = (2p - 1) / sqrt(2p(1 - p)) exactly; df = 3 from a table.
@@ -137,25 +137,76 @@ def test_a_diverged_run_keeps_what_it_reached_and_is_left_out_of_the_rest():
     found = comparisons({("ref", "s"): reference, ("a", "s"): algorithm})
     best, best_left_out = found["Best test accuracy"]
     assert best == pytest.approx((0.1, -0.05)) and best_left_out == {}
-    for title in ("Final test accuracy", "Mean test accuracy over the last tenth of the evaluated "
-                  "rounds", "Mean test accuracy over all evaluated rounds"):  # fmt: skip
+    for title in ("Final test accuracy", "Mean test accuracy over the last tenth of the rounds "
+                  "both evaluated", "Mean test accuracy over the rounds both evaluated"):  # fmt: skip
         differences, left_out = found[title]
         assert len(differences) == 1 and left_out == {"algorithm diverged": 1}
     assert found["Final test accuracy"][0] == pytest.approx((0.1,))
     # seed 0: (0.35 + 0.45 + 0.55 + 0.7) / 4 - (0.3 + 0.4 + 0.5 + 0.6) / 4 = 0.5125 - 0.45
-    assert found["Mean test accuracy over all evaluated rounds"][0] == pytest.approx((0.0625,))
+    assert found["Mean test accuracy over the rounds both evaluated"][0] == pytest.approx((0.0625,))
     # it reached 50% in round 2, before diverging: 3 - 2 rounds saved; seed 0: 3 - 3
-    assert found["Rounds to 50.00% test accuracy"] == ((0.0, 1.0), {})
+    assert found["Rounds to 50.00% test accuracy, over the rounds both evaluated"] == (
+        (0.0, 1.0),
+        {},
+    )
 
 
 def test_a_run_that_never_reaches_the_target_is_left_out_of_the_rounds_and_counted():
     reference = [row(s, [0.3, 0.5, 0.6], algorithm="ref") for s in (0, 1, 2)]
     algorithm = [row(0, [0.5, 0.6, 0.7]), row(1, [0.3, 0.4, 0.45]), row(2, [0.2, 0.3, 0.4], 3)]
     differences, left_out = comparisons({("ref", "s"): reference, ("a", "s"): algorithm})[
-        "Rounds to 50.00% test accuracy"
+        "Rounds to 50.00% test accuracy, over the rounds both evaluated"
     ]
     assert differences == (1.0,)  # seed 0: reached in round 1, the reference in round 2
     assert left_out == {"algorithm never reached": 1, "algorithm diverged": 1}
+
+
+def test_a_method_that_skips_early_evaluations_is_paired_over_the_rounds_both_evaluated():
+    """TCT's stage 1 has no test accuracy: over all of FedAvg's rounds its early, low rounds
+    would count against FedAvg alone (the audit's "+3.33, ahead" for a method behind on every
+    seed). Over the rounds both evaluated, the late method is behind, as by best and final."""
+    nan = math.nan
+    reference = [row(s, [0.5, 0.6, 0.7, 0.8 + s / 100, 0.85], algorithm="ref") for s in (0, 1, 2)]
+    late = [row(s, [nan, nan, nan, 0.76 + s / 200, 0.79 + s / 100]) for s in (0, 1, 2)]
+    cells = {("ref", "s"): reference, ("a", "s"): late}
+    by_title = {m.title: m for m in paired_metrics(target=0.75)}
+    whole = by_title["Mean test accuracy over the rounds both evaluated (area under the curve)"]
+    (result,) = compared(cells, "ref", whole)
+    # seed 0: (0.76 + 0.79) / 2 - (0.8 + 0.85) / 2 = -0.05; the old mean over all rounds: +0.085
+    assert result.pairing.differences[0] == pytest.approx(-0.05)
+    assert result.comparison.verdict == "behind" and result.rounds == "4-5 (2)"
+    for title in ("Best test accuracy (the papers' metric)", "Final test accuracy"):
+        (other,) = compared(cells, "ref", by_title[title])
+        assert other.comparison.verdict == "behind" and other.rounds == ""
+    # rounds to 75%: the reference reaches it in round 4 of the shared rounds, not round 3
+    to_target = next(m for m in by_title.values() if m.unit == "rounds")
+    (rounds,) = compared(cells, "ref", to_target)
+    assert rounds.pairing.differences == (0.0, 0.0, 0.0)
+
+
+def test_rounds_shared_by_the_pairs_are_named():
+    assert describe_rounds([frozenset(range(5, 121, 5))] * 3) == "5-120 every 5 (24)"
+    assert (
+        describe_rounds([frozenset({6, 7, 8}), frozenset({6, 7})]) == "per seed: 6-7 (2); 6-8 (3)"
+    )
+    assert describe_rounds([frozenset()]) == "none"
+
+
+def test_a_difference_below_the_floor_is_negligible_not_ahead():
+    tiny = [-0.0004, -0.0006, -0.0005, -0.00055]  # FedProx's -0.05 points, consistently
+    assert compare(tiny).verdict == "behind"  # no floor: the interval alone
+    assert compare(tiny, floor=0.005).verdict == "negligible"
+    clear = [0.01, 0.012, 0.011]
+    assert compare(clear, floor=0.005).verdict == "ahead"
+    assert compare([-0.01, 0.012, 0.001], floor=0.005).verdict == "within noise"
+    # the report's default floor is half a point
+    reference = [row(s, [0.5, 0.6 + s / 100], algorithm="ref") for s in (0, 1, 2)]
+    close = [row(s, [0.5, 0.6 + s / 100 + 0.001 + s / 10000]) for s in (0, 1, 2)]
+    best = paired_metrics(target=None)[0]
+    (result,) = compared({("ref", "s"): reference, ("a", "s"): close}, "ref", best)
+    assert result.comparison.low > 0 and result.comparison.verdict == "negligible"
+    (strict,) = compared({("ref", "s"): reference, ("a", "s"): close}, "ref", best, floor=0.0)
+    assert strict.comparison.verdict == "ahead"
 
 
 # --- fedhet report --baseline -----------------------------------------------------------------

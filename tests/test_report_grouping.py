@@ -226,7 +226,7 @@ def test_a_cell_with_one_seed_shows_no_spread(tmp_path):
 
 def test_two_groups_under_one_label_never_share_a_cell():
     rows = [
-        {"algorithm": "fedavg", "setting": "iid", "group": group, "best_accuracy": 0.5}
+        {"algorithm": "fedavg", "setting": "iid", "group": group, "best_test": 0.5}
         for group in ("a", "b")
     ]
     with pytest.raises(ValueError, match="must not mix"):

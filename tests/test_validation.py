@@ -32,7 +32,7 @@ from fedhet.execution.planning import plan, runs_of
 from fedhet.execution.results import execute
 from fedhet.methods.centralized.algorithm import Centralized
 from fedhet.methods.tct.regress_stage import fit_quality, load_validation
-from fedhet.metrics.summary import best_label, summarize
+from fedhet.metrics.summary import summarize, validated
 
 torch.set_num_threads(1)
 DIGITS = load_dataset("digits")
@@ -174,12 +174,14 @@ def test_summary_reports_the_test_accuracy_at_the_best_validation_round():
         **{name: [0.0] * 5 for name in ("bytes_up", "bytes_down", "wall_time")},
     }
     chosen = summarize(metrics)
-    assert (chosen["best_round"], chosen["best_accuracy"]) == (3, 0.7)  # the first of equals
-    assert chosen["selection"] == "validation" and chosen["best_val_accuracy"] == 0.8
+    # the first of equals; each quantity under its own name, never one label for two
+    assert (chosen["best_val_round"], chosen["test_at_best_val"]) == (3, 0.7)
+    assert chosen["best_val"] == 0.8 and chosen["final"] == 0.8
+    assert (chosen["best_test_round"], chosen["best_test"]) == (2, 0.9)
     plain = summarize({k: v for k, v in metrics.items() if k != "val_accuracy"})
-    assert (plain["best_round"], plain["best_accuracy"]) == (2, 0.9) and "selection" not in plain
-    assert best_label([chosen]) == "Test accuracy at the best validation round"
-    assert best_label([plain]).startswith("Best test accuracy")
+    assert (plain["best_test_round"], plain["best_test"]) == (2, 0.9)
+    assert "test_at_best_val" not in plain
+    assert validated([chosen]) and not validated([plain])
 
 
 def test_the_engine_keeps_the_model_of_the_best_validation_round(tmp_path):
@@ -194,7 +196,7 @@ def test_the_engine_keeps_the_model_of_the_best_validation_round(tmp_path):
     val = evaluate(engine.model, setup.validation.x, setup.validation.y)
     test = evaluate(engine.model, DIGITS.test_x, DIGITS.test_y)
     assert val == (metrics["val_accuracy"][best], metrics["val_loss"][best])
-    assert test[0] == metrics["test_accuracy"][best] == summarize(metrics)["best_accuracy"]
+    assert test[0] == metrics["test_accuracy"][best] == summarize(metrics)["test_at_best_val"]
 
 
 def test_a_run_resumed_from_a_checkpoint_keeps_its_validation_metrics_and_choice(tmp_path):
@@ -247,8 +249,7 @@ def test_tct_stage_2_fits_the_kept_samples_and_selects_by_validation(tmp_path):
     bias = torch.from_numpy(regress["linear/best/bias"][:])
     assert fit_quality([load_validation(entk)], weight, bias)[0] == max(stage2)
     summary = regress.attrs["summary"]
-    assert summary["selection"] == "validation"
-    assert summary["best_accuracy"] == metrics["test_accuracy"][2 + int(np.argmax(stage2))]
+    assert summary["test_at_best_val"] == metrics["test_accuracy"][2 + int(np.argmax(stage2))]
 
 
 # --- the CLI ------------------------------------------------------------------------------
@@ -271,9 +272,13 @@ def test_train_with_a_validation_split_and_the_report_labels_the_selection(
     reported = run("report", str(path), "data.validation=0.2", "--out", str(out))
     assert reported.rc == 0, reported.stderr
     text = (out / f"{raw['name']}.md").read_text()
-    assert "Test accuracy at the best validation round, in %" in text
+    # each quantity under its own name: best test, test at the best validation round, final
+    assert "## Test accuracy at the best validation round" in text
     assert "### Test accuracy at the best validation round" in text
-    assert "| test at best val |" in text and "Best test accuracy" not in text
+    assert "### Best test accuracy" in text and "### Final test accuracy" in text
+    assert "| best test | test at best val | final test |" in text
+    trained_table = trained.stdout
+    assert "best test %" in trained_table and "test at best val %" in trained_table
     refused = run("train", str(path), "data.validation=1")
     assert refused.rc == 2 and "data.validation" in refused.stderr
     assert "Traceback" not in refused.stderr

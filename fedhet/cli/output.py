@@ -36,10 +36,19 @@ class Column:
     key: str
     header: str
     kind: Kind = "text"  # text wraps in a narrow terminal; every other kind is kept whole
+    optional: bool = False  # shown only when some row has a value
 
     @property
     def numeric(self) -> bool:
         return self.kind != "text"
+
+
+def present(columns: list[Column], rows: list[dict]) -> list[Column]:
+    """The columns less the optional ones no row has a value for (`test at best val` without a
+    validation split)."""
+    return [
+        c for c in columns if not c.optional or any(not _missing(r.get(c.key)) for r in rows)
+    ]
 
 
 def _missing(value: Any) -> bool:

@@ -115,7 +115,7 @@ def failed_row(run: Run, error: FedhetError) -> dict[str, Any]:
             "algorithm": run.algorithm_label,
             "setting": run.setting_label,
             "seed": run.spec.seed,
-            "final_accuracy": "failed",
+            "final": "failed",
         }
     failed = f"diverged {error.round_number}/{run.spec.federation.rounds}"
-    return {**result_row(run, error.metrics), "final_accuracy": failed}
+    return {**result_row(run, error.metrics), "final": failed}

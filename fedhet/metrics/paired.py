@@ -35,7 +35,7 @@ class Comparison:
     low: float | None  # the interval; None for fewer than 2 pairs
     high: float | None
     ahead: int  # pairs whose difference is > 0
-    verdict: str  # ahead | behind | within noise | too few seeds
+    verdict: str  # ahead | behind | negligible | within noise | too few seeds
 
 
 def pair(
@@ -67,9 +67,13 @@ def _missing(algorithm: Value, reference: Value) -> str:
     return f"reference {reference}"
 
 
-def compare(differences: Sequence[float], confidence: float = CONFIDENCE) -> Comparison:
+def compare(
+    differences: Sequence[float], confidence: float = CONFIDENCE, floor: float = 0.0
+) -> Comparison:
     """Mean difference and its two-sided Student t interval (df = n - 1, standard deviation
-    with ddof=1); the verdict says on which side of 0 the interval lies."""
+    with ddof=1). The verdict: ahead / behind when the interval lies above / below 0 and the
+    mean difference is at least `floor` in size (the smallest difference that matters),
+    negligible when the interval excludes 0 but the mean is smaller, else within noise."""
     d = np.asarray(differences, dtype=float)
     n, ahead = d.size, int((d > 0).sum())
     mean = float(d.mean()) if n else math.nan
@@ -77,5 +81,10 @@ def compare(differences: Sequence[float], confidence: float = CONFIDENCE) -> Com
         return Comparison(n, mean, None, None, ahead, "too few seeds")
     half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
     low, high = mean - half, mean + half
-    verdict = "ahead" if low > 0 else "behind" if high < 0 else "within noise"
+    if low <= 0 <= high:
+        verdict = "within noise"
+    elif abs(mean) < floor:
+        verdict = "negligible"
+    else:
+        verdict = "ahead" if low > 0 else "behind"
     return Comparison(n, mean, low, high, ahead, verdict)

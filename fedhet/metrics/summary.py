@@ -1,15 +1,12 @@
-"""Derived metrics of a run: best and final accuracy, rounds to a target accuracy, and means of
-the test accuracy over its evaluated rounds (all of them, or the last tenth).
-
-The "best" round is the evaluated round of the highest test accuracy, or, in a run with a
-validation split (its metrics hold `val_accuracy`), of the highest validation accuracy; the
-first of equals either way. `best_accuracy` is the test accuracy of that round; with a validation
-split the summary adds `selection: "validation"` and the round's `best_val_accuracy`."""
+"""Derived metrics of a run: best and final test accuracy (and, with a validation split, the test
+accuracy at the best validation round), rounds to a target accuracy, and means of the test
+accuracy over evaluated rounds (all of them, or the last tenth), optionally restricted to a set
+of rounds (the rounds both sides of a paired comparison evaluated)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,6 +21,25 @@ def evaluated(accuracies: Sequence[float]) -> list[tuple[int, float]]:
 def rounds_to_reach(accuracies: Sequence[float], target: float) -> int | None:
     """First (1-based) round whose test accuracy is >= target; None when never reached."""
     return next((rnd for rnd, acc in evaluated(accuracies) if acc >= target), None)
+
+
+def common_rounds(*curves: Sequence[float]) -> frozenset[int]:
+    """The (1-based) rounds that no curve skipped: a round a curve ran without evaluating is
+    left out; the rounds after a curve's end (a run that diverged) are not skipped, it stopped."""
+    rounds = range(1, max((len(curve) for curve in curves), default=0) + 1)
+    skipped = {rnd for curve in curves for rnd, acc in enumerate(curve, 1) if math.isnan(acc)}
+    return frozenset(rnd for rnd in rounds if rnd not in skipped)
+
+
+def restricted(accuracies: Sequence[float], rounds: Collection[int]) -> list[float]:
+    """The accuracies with every round outside `rounds` counted as not evaluated (NaN)."""
+    return [acc if rnd in rounds else math.nan for rnd, acc in enumerate(accuracies, start=1)]
+
+
+def last_evaluated(accuracies: Sequence[float]) -> float:
+    """The test accuracy of the last evaluated round; NaN when none was."""
+    scored = evaluated(accuracies)
+    return scored[-1][1] if scored else math.nan
 
 
 def evaluated_mean(accuracies: Sequence[float]) -> float:
@@ -43,23 +59,28 @@ def tail_mean(accuracies: Sequence[float]) -> float:
 
 
 def summarize(metrics: Mapping[str, Sequence[float]], target: float | None = None) -> dict:
-    acc = [a for a in metrics["test_accuracy"]]
+    """One name per quantity: `best_test` (the highest test accuracy, the papers' metric),
+    `final` (the last evaluated round's), and with a validation split `test_at_best_val` (the
+    test accuracy of the round of the highest validation accuracy, fedhet's model selection).
+    The first of equal rounds counts."""
+    acc = list(metrics["test_accuracy"])
     scored = evaluated(acc)
-    validated = "val_accuracy" in metrics
-    candidates = evaluated(metrics["val_accuracy"]) if validated else scored
-    best_round = max(candidates, key=lambda ra: ra[1])[0] if candidates else None
+    best_round = _best_round(scored)
     out = {
         "rounds": len(acc),
-        "best_accuracy": acc[best_round - 1] if best_round is not None else math.nan,
-        "best_round": best_round,
-        "final_accuracy": scored[-1][1] if scored else math.nan,
+        "best_test": acc[best_round - 1] if best_round is not None else math.nan,
+        "best_test_round": best_round,
+        "final": last_evaluated(acc),
         "bytes_up": float(sum(metrics["bytes_up"])),
         "bytes_down": float(sum(metrics["bytes_down"])),
         "wall_time_s": float(sum(metrics["wall_time"])),
     }
-    if validated:
-        out["selection"] = "validation"
-        out["best_val_accuracy"] = max(c[1] for c in candidates) if candidates else math.nan
+    if "val_accuracy" in metrics:
+        validated = evaluated(metrics["val_accuracy"])
+        val_round = _best_round(validated)
+        out["test_at_best_val"] = acc[val_round - 1] if val_round is not None else math.nan
+        out["best_val_round"] = val_round
+        out["best_val"] = max(v for _, v in validated) if validated else math.nan
     if target is not None:
         reached = rounds_to_reach(acc, target)
         out["target_accuracy"] = target
@@ -67,11 +88,11 @@ def summarize(metrics: Mapping[str, Sequence[float]], target: float | None = Non
     return out
 
 
-def best_label(summaries: Iterable[Mapping]) -> str:
-    """What the summaries' `best_accuracy` is, as a report's title (capitalized)."""
-    selections = {summary.get("selection", "test") for summary in summaries}
-    if selections == {"validation"}:
-        return "Test accuracy at the best validation round"
-    if "validation" in selections:
-        return "Test accuracy at the best validation round (best test accuracy without a split)"
-    return "Best test accuracy (the papers' metric)"
+def _best_round(scored: list[tuple[int, float]]) -> int | None:
+    """The first round of the highest value; None when nothing was evaluated."""
+    return max(scored, key=lambda ra: ra[1])[0] if scored else None
+
+
+def validated(summaries: Iterable[Mapping]) -> bool:
+    """Whether any of the summaries comes from a run with a validation split."""
+    return any("test_at_best_val" in summary for summary in summaries)

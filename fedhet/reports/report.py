@@ -27,9 +27,10 @@ from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import Run
 from fedhet.execution.results import outcome, result_row
 from fedhet.figures import Curve, metric_curves
-from fedhet.metrics.summary import best_label, rounds_to_reach
-from fedhet.reports.comparison import paired_section
+from fedhet.metrics.summary import rounds_to_reach, validated
+from fedhet.reports.comparison import FLOOR_ACCURACY, paired_section
 from fedhet.reports.evaluation import evaluate_run
+from fedhet.reports.plateau import plateau_section
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
 CLIENT_TEST_METRICS = {
@@ -148,7 +149,7 @@ def with_rounds_to_reference(rows: list[dict], reference: str) -> list[dict]:
     """Each row plus `rounds_to_reference`: rounds to the mean best accuracy of the reference
     algorithm in the same setting (the papers' "speedup" column)."""
     targets = {
-        setting: _mean([r["best_accuracy"] for r in group])
+        setting: _mean([r["best_test"] for r in group])
         for (algorithm, setting), group in cells(rows).items()
         if algorithm == reference
     }
@@ -163,7 +164,7 @@ def with_rounds_to_reference(rows: list[dict], reference: str) -> list[dict]:
 
 
 def markdown_table(
-    rows: list[dict], metric: str = "best_accuracy", cell: Callable[[list], str] = _percent
+    rows: list[dict], metric: str = "best_test", cell: Callable[[list], str] = _percent
 ) -> str:
     """Algorithms x settings, each cell summarizing `metric` over the seeds of one group."""
     grouped = cells(rows)
@@ -181,7 +182,7 @@ def _cell(group: list[dict], metric: str, cell: Callable[[list], str]) -> str:
         return "-"
     diverged = sum(r["diverged"] is not None for r in group)
     mark = f" † {diverged}/{len(group)}" if diverged else ""
-    return cell([r[metric] for r in group]) + mark
+    return cell([r.get(metric, math.nan) for r in group]) + mark
 
 
 def client_test_section(
@@ -258,20 +259,23 @@ def stage_table(rows: list[dict]) -> str:
 
 
 def per_seed_table(rows: list[dict]) -> str:
-    """One line per run; `best` is the test accuracy of its best round (`summarize`): of the
-    best validation accuracy in a run with a validation split."""
-    best = "test at best val" if any(r.get("selection") == "validation" for r in rows) else "best"
+    """One line per run: its best test accuracy, with a validation split the test accuracy at
+    its best validation round, and its final test accuracy (`summarize`)."""
+    split = validated(rows)
     lines = [
-        f"| algorithm | setting | seed | {best} | final | rounds to target | key |",
-        "|---|---|---|---|---|---|---|",
+        "| algorithm | setting | seed | best test | "
+        + ("test at best val | " if split else "")
+        + "final test | rounds to target | key |",
+        "|---|---|---|---|---|---|---|" + ("---|" if split else ""),
     ]
     for r in rows:
-        final = f"{100 * r['final_accuracy']:.2f}"
+        final = f"{100 * r['final']:.2f}"
         if r["diverged"] is not None:
             final = f"diverged in round {r['diverged']}"
+        at_val = f"{100 * r.get('test_at_best_val', math.nan):.2f} | " if split else ""
         lines.append(
-            f"| {r['algorithm']} | {r['setting']} | {r['seed']} | {100 * r['best_accuracy']:.2f} "
-            f"| {final} | {r.get('rounds_to_target', '-')} | {r['key'][:12]} |"
+            f"| {r['algorithm']} | {r['setting']} | {r['seed']} | {100 * r['best_test']:.2f} "
+            f"| {at_val}{final} | {r.get('rounds_to_target', '-')} | {r['key'][:12]} |"
         )
     return "\n".join(lines)
 
@@ -329,9 +333,11 @@ def write_report(
     console: Console | None = None,
     train: bool = False,
     baseline: str | None = None,
+    floor: float = FLOOR_ACCURACY,
 ) -> tuple[Path, Path]:
     """The report of `runs` into `out_dir` (markdown and curves); the paired comparisons are
-    against `baseline` (an algorithm label), else the matrix's first algorithm."""
+    against `baseline` (an algorithm label), else the matrix's first algorithm, and call a
+    difference a gain from `floor` (a fraction of accuracy) up."""
     reference = reference_algorithm(runs, baseline)
     console = console or Console(stderr=True)
     rows = collect(runs, store, console, train)
@@ -341,7 +347,8 @@ def write_report(
     metric_curves(panels, png, spec.name, stage_boundaries(rows))
     header = (
         f"# {spec.name}\n\n{spec.description.strip()}\n\n"
-        f"{best_label(rows)}, in %: mean ± standard deviation over seeds (np.std, ddof=0; no "
+        "Best test accuracy (the papers' metric), in %: mean ± standard deviation over seeds "
+        "(np.std, ddof=0; no "
         f"± for one seed), n = the number of seeds. Generated {date.today()} by `fedhet report` "
         f"from runs computed in:\n\n{environments(rows)}\n\n"
     )
@@ -351,6 +358,12 @@ def write_report(
             "the rounds before the divergence.\n\n"
         )
     sections = [markdown_table(rows)]
+    if validated(rows):
+        sections.append(
+            "## Test accuracy at the best validation round\n\nThe model selection of a run with "
+            "a validation split, in %: mean ± standard deviation over seeds.\n\n"
+            + markdown_table(rows, "test_at_best_val")
+        )
     target = spec.eval.target_accuracy
     if target is not None:
         sections.append(
@@ -365,7 +378,8 @@ def write_report(
         "the seeds that reached it (k/n: k of the cell's n seeds did).\n\n"
         + markdown_table(rows, "rounds_to_reference", _rounds)
     )
-    sections.append(paired_section(cells(rows), reference, target))
+    sections.append(paired_section(cells(rows), reference, target, floor))
+    sections.append(plateau_section(cells(rows), reference))
     if spec.eval.client_test is not None:
         sections.append(client_test_section(rows, runs, store, console))
     sections += [

@@ -188,6 +188,9 @@ def _summary(rows: list[dict[str, Any]]) -> str:
     return f"{len(rows)} stages: {states}; {needed}"
 
 
+_RESULTS = ("best_test", "test_at_best_val", "final", "wall_time_s")
+
+
 def run_row(run: Run, store: ArtifactStore) -> dict[str, Any]:
     """A run's results as far as the store has them."""
     state = stage_state(run.node, store, run.spec)
@@ -197,8 +200,9 @@ def run_row(run: Run, store: ArtifactStore) -> dict[str, Any]:
         "setting": run.setting_label,
         "seed": run.spec.seed,
         "state": state.state,
-        "best_accuracy": math.nan,
-        "final_accuracy": math.nan,
+        "best_test": math.nan,
+        "test_at_best_val": math.nan,
+        "final": math.nan,
         "rounds": f"{state.done or 0}/{state.total}" if state.total else "",
         "wall_time_s": math.nan,
     }
@@ -206,10 +210,12 @@ def run_row(run: Run, store: ArtifactStore) -> dict[str, Any]:
         group = store.open(run.node.stage, run.node.key)
         if "metrics" in group:
             result = result_row(run, stored_metrics(group))
-            row |= {k: result[k] for k in ("best_accuracy", "final_accuracy", "wall_time_s")}
+            row |= {k: result[k] for k in _RESULTS if k in result}
             row["rounds"] = result["rounds"]
     if state.state == DIVERGED:  # the rounds before: no final accuracy
         before = result_row(run, stored_divergence(run, store).metrics)
-        row |= {k: before[k] for k in ("best_accuracy", "wall_time_s")}
+        row |= {
+            k: before[k] for k in ("best_test", "test_at_best_val", "wall_time_s") if k in before
+        }
         row["rounds"] = f"{state.done}/{state.total}"
     return row
