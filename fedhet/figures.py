@@ -6,6 +6,7 @@ Takes numpy arrays only, so every layer that draws (reports, a method's command)
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from fedhet.core.errors import InputError  # noqa: E402
+from fedhet.core.files import write_atomically  # noqa: E402
 
 FORMATS = ("png", "svg", "pdf")
 DPI = 200
@@ -45,12 +47,16 @@ def figure_format(path: Path, option: str) -> str:
 
 
 def save(fig: Figure, path: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
-    """Write `fig` as `path` with each format's suffix; the paths written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write `fig` as `path` with each format's suffix, each file complete or not at all (a full
+    disk: RunError naming the file); the paths written."""
     written = [path.with_suffix(f".{fmt}") for fmt in formats]
-    for target in written:
-        fig.savefig(target, dpi=DPI)
-    plt.close(fig)
+    try:
+        for target, fmt in zip(written, formats, strict=True):
+            encoded = io.BytesIO()
+            fig.savefig(encoded, format=fmt, dpi=DPI)
+            write_atomically(target, encoded.getvalue())
+    finally:
+        plt.close(fig)
     return written
 
 

@@ -10,6 +10,7 @@ from fedhet.core.errors import InputError
 from fedhet.data import datasets as data
 from fedhet.data.datasets import dataset_names, load_dataset, rotate
 from fedhet.data.shapes import DATA_SHAPES
+from fedhet.data.sizes import TRAIN_SAMPLES
 
 torch.set_num_threads(1)
 
@@ -44,16 +45,17 @@ def test_dataset_names():
         "svhn",
         "emnist",
     }
-    assert DATA_SHAPES.keys() == set(dataset_names())
+    assert DATA_SHAPES.keys() == TRAIN_SAMPLES.keys() == set(dataset_names())
 
 
 @pytest.mark.parametrize("name", ["digits", "fmnist"])
-def test_shape_table_matches_the_loaded_dataset(name):
+def test_shape_and_size_tables_match_the_loaded_dataset(name):
     try:
         dataset = load_dataset(name)
     except InputError:
         pytest.skip(f"{name} is not on this machine")
     assert DATA_SHAPES[name] == (dataset.shape, dataset.num_classes)
+    assert TRAIN_SAMPLES[name] == len(dataset.train_y)
 
 
 def test_digits_shapes_split_and_normalization():

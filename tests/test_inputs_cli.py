@@ -51,6 +51,25 @@ def test_a_model_too_big_for_memory_is_refused_with_its_size(fedhet: CliRunner, 
     assert not (tmp_path / "store").exists()
 
 
+def test_more_clients_than_training_samples_are_refused_before_anything_is_allocated(
+    fedhet: CliRunner, tmp_path
+):
+    """digits has 1438 training samples: 1439 clients cannot each get one."""
+    crowd = {**TINY_SPEC, "partition": {"scheme": "iid", "clients": 1439}}
+    spec = write_spec(tmp_path / "crowd.yaml", crowd)
+    for command in ("spec", "validate"), ("train",):
+        result = fedhet(*command, spec, store=tmp_path / "store")
+        assert result.rc == 2 and "Traceback" not in result.stderr
+        (line,) = result.stderr.strip("\n").splitlines()
+        assert line == (
+            f"error: {spec}: partition.clients: 1439 clients for the 1438 training samples of "
+            "digits, so some would hold none; give at most 1438 clients"
+        )
+    assert not (tmp_path / "store").exists()
+    as_many = fedhet("spec", "validate", spec, "partition.clients=1438")
+    assert as_many.rc == 0, as_many.stderr
+
+
 def test_tct_without_stage1_rounds_is_refused_by_validate_as_by_train(fedhet: CliRunner, tmp_path):
     # T1 defaults to federation.rounds - stage2.rounds: 2 - 100 here
     spec = write_spec(tmp_path / "tct.yaml", {**TINY_SPEC, "algorithm": {"name": "tct"}})

@@ -137,8 +137,12 @@ def test_a_diverged_run_keeps_what_it_reached_and_is_left_out_of_the_rest():
     found = comparisons({("ref", "s"): reference, ("a", "s"): algorithm})
     best, best_left_out = found["Best test accuracy"]
     assert best == pytest.approx((0.1, -0.05)) and best_left_out == {}
-    for title in ("Final test accuracy", "Mean test accuracy over the last tenth of the rounds "
-                  "both evaluated", "Mean test accuracy over the rounds both evaluated"):  # fmt: skip
+    last_tenth = "Mean test accuracy over the last tenth of the rounds both evaluated"
+    for title in (
+        "Final test accuracy",
+        last_tenth,
+        "Mean test accuracy over the rounds both evaluated",
+    ):
         differences, left_out = found[title]
         assert len(differences) == 1 and left_out == {"algorithm diverged": 1}
     assert found["Final test accuracy"][0] == pytest.approx((0.1,))

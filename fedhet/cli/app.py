@@ -20,12 +20,14 @@ from rich.table import Table
 
 from fedhet import __version__
 from fedhet.cli import crash, signals
-from fedhet.cli.output import Column, Format, show
+from fedhet.cli.output import Column, Format, present, show
 from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.memory_check import require_models_fit
-from fedhet.core.spec import Spec, expand, load_spec
+from fedhet.core.overrides import replaced_axes
+from fedhet.core.spec import Spec, expand, load_mapping, load_spec
 from fedhet.core.store import ArtifactStore, arrays, damage_named
 from fedhet.data.shapes import data_shape
+from fedhet.data.sizes import require_a_sample_per_client
 from fedhet.process.interrupts import Interrupted
 
 # Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
@@ -105,14 +107,33 @@ OverridesArg = Annotated[
         show_default=False,
     ),
 ]
+OnlyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--only",
+        help="keep the runs whose matrix AXIS has VALUE (an entry of a section axis by its name), "
+        "repeatable: --only algorithm=fedprox --only seed=0",
+        metavar="AXIS=VALUE",
+        show_default=False,
+    ),
+]
 FormatOpt = Annotated[
     Format, typer.Option("--format", help="table | markdown | csv | json", show_default=False)
 ]
 
 
-def _load(path: Path, data_root: Path | None = None, overrides: list[str] | None = None) -> Spec:
-    """The validated spec, before any heavy import: every command starts here."""
-    spec = load_spec(path, overrides or ())
+def _load(
+    path: Path,
+    data_root: Path | None = None,
+    overrides: list[str] | None = None,
+    only: list[str] | None = None,
+) -> Spec:
+    """The validated spec, before any heavy import: every command starts here. An override
+    that replaces a matrix axis says so in one line."""
+    spec = load_spec(path, overrides or (), only or ())
+    for note in replaced_axes(load_mapping(path), overrides or ()):
+        err.print(note, markup=False, soft_wrap=True)
+    require_a_sample_per_client(spec, path)
     require_models_fit(spec, path, data_shape)
     if data_root is not None:
         spec = spec.model_copy(
@@ -130,18 +151,18 @@ def _example(*commands: str) -> str:
 
 
 @spec_app.command("validate", epilog=_example("fedhet spec validate specs/quickstart.yaml"))
-def spec_validate(path: SpecPath, overrides: OverridesArg = None) -> None:
+def spec_validate(path: SpecPath, overrides: OverridesArg = None, only: OnlyOpt = None) -> None:
     """Check a spec; exit 2 with a one-line message naming the field when it is invalid."""
-    spec = _load(path, overrides=overrides)
+    spec = _load(path, overrides=overrides, only=only)
     runs = expand(spec)  # no planning: validating imports no method code (and no torch)
     out.print(f"{path}: valid ({len(runs)} run{'s' if len(runs) != 1 else ''})", soft_wrap=True)
 
 
 @spec_app.command("show", epilog=_example("fedhet spec show specs/quickstart.yaml model.arch=mlp"))
-def spec_show(path: SpecPath, overrides: OverridesArg = None) -> None:
+def spec_show(path: SpecPath, overrides: OverridesArg = None, only: OnlyOpt = None) -> None:
     """Print the spec with every default filled in (only the fields that apply to the chosen
     model and partition), and the model's split points."""
-    spec = _load(path, overrides=overrides)
+    spec = _load(path, overrides=overrides, only=only)
     import yaml
 
     from fedhet.core.spec import applicable_dump
@@ -159,9 +180,9 @@ def spec_show(path: SpecPath, overrides: OverridesArg = None) -> None:
 
 
 @spec_app.command("hash", epilog=_example("fedhet spec hash specs/quickstart.yaml seed=1"))
-def spec_hash(path: SpecPath, overrides: OverridesArg = None) -> None:
+def spec_hash(path: SpecPath, overrides: OverridesArg = None, only: OnlyOpt = None) -> None:
     """Print every stage's key for every run of the spec."""
-    spec = _load(path, overrides=overrides)
+    spec = _load(path, overrides=overrides, only=only)
     from fedhet.execution.planning import runs_of
 
     for run in runs_of(spec):  # plain print: one unwrapped line per key, for scripts
@@ -201,6 +222,7 @@ PARTITION_COLUMNS = [
 def partition(
     path: SpecPath,
     overrides: OverridesArg = None,
+    only: OnlyOpt = None,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -212,7 +234,7 @@ def partition(
     data_root: DataRootOpt = None,
 ) -> None:
     """Compute (or reuse) the partition of every run and print its summary."""
-    spec = _load(path, data_root, overrides)
+    spec = _load(path, data_root, overrides, only)
     from fedhet.data.partition import empty_clients_note, summary_rows
     from fedhet.execution.partitions import partitions
     from fedhet.execution.planning import runs_of
@@ -257,8 +279,9 @@ RESULT_COLUMNS = [
     Column("algorithm", "algorithm"),
     Column("setting", "setting"),
     Column("seed", "seed", "number"),
-    Column("best_accuracy", "best %", "pct"),
-    Column("final_accuracy", "final %", "pct"),
+    Column("best_test", "best test %", "pct"),
+    Column("test_at_best_val", "test at best val %", "pct", optional=True),
+    Column("final", "final test %", "pct"),
     Column("rounds_to_target", "to target", "number"),
     Column("wall_time_s", "time s", "seconds"),
 ]
@@ -287,11 +310,14 @@ RayAddressOpt = Annotated[
         "fedhet train specs/quickstart.yaml",
         "fedhet train specs/quickstart.yaml federation.rounds=100 algorithm.name=fedprox "
         "algorithm.mu=0.1 'partition={scheme: iid, clients: 5}'",
+        "fedhet train specs/quickstart.yaml --only algorithm=fedprox --only partition=dirichlet",
+        "fedhet train specs/quickstart.yaml matrix.algorithm.1.mu=0.1",
     ),
 )
 def train(
     path: SpecPath,
     overrides: OverridesArg = None,
+    only: OnlyOpt = None,
     fmt: FormatOpt = Format.table,
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
@@ -313,7 +339,7 @@ def train(
     not stop the others; the command then exits 1 naming it (a diverged run's final accuracy
     reads "diverged k/n": in round k of n). A divergence is recorded: the next `train` reports
     it without computing the run again, unless --retry-diverged."""
-    spec = _load(path, data_root, overrides)
+    spec = _load(path, data_root, overrides, only)
     from fedhet.cli.sweep_view import SweepView
     from fedhet.execution.planning import runs_of
     from fedhet.execution.train import Options
@@ -326,7 +352,7 @@ def train(
     live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
     options = Options(jobs, ray_address or ("local" if ray else None), retry_diverged)
     rows, failures = train_runs(runs, st, options, SweepView(runs, st, err, live))
-    columns = [c for c in RESULT_COLUMNS if any(c.key in r for r in rows)]
+    columns = [c for c in present(RESULT_COLUMNS, rows) if any(c.key in r for r in rows)]
     show(out, rows, columns, fmt, title=path.stem)
     if len(failures) == 1:
         raise failures[0]
@@ -337,19 +363,23 @@ def train(
 @app.command(
     "plan",
     epilog=_example(
-        "fedhet plan specs/quickstart.yaml", "fedhet plan specs/quickstart.yaml seed=1"
+        "fedhet plan specs/quickstart.yaml",
+        "fedhet plan specs/quickstart.yaml seed=1",
+        "fedhet plan specs/quickstart.yaml --only algorithm=scaffold",
+        "fedhet plan specs/quickstart.yaml matrix.algorithm.1.mu=0.1 --only algorithm=fedprox",
     ),
 )
 def plan(
     path: SpecPath,
     overrides: OverridesArg = None,
+    only: OnlyOpt = None,
     fmt: FormatOpt = Format.table,
     store: StoreOpt = None,
 ) -> None:
     """Every run's stages and their state: stored, partial (round k of n, from the checkpoint)
     or missing, with the time still needed where a stored run of the same stage and shape
     gives an estimate. A stage shared by several runs is listed once, under the first."""
-    spec = _load(path, overrides=overrides)
+    spec = _load(path, overrides=overrides, only=only)
     from fedhet.execution.planning import runs_of
     from fedhet.reports.status import plan_rows
 
@@ -374,8 +404,9 @@ RUN_COLUMNS = [
     Column("setting", "setting"),
     Column("seed", "seed", "number"),
     Column("state", "state"),
-    Column("best_accuracy", "best %", "pct"),
-    Column("final_accuracy", "final %", "pct"),
+    Column("best_test", "best test %", "pct"),
+    Column("test_at_best_val", "test at best val %", "pct", optional=True),
+    Column("final", "final test %", "pct"),
     Column("rounds", "rounds", "number"),
     Column("wall_time_s", "time s", "seconds"),
 ]
@@ -391,6 +422,7 @@ RUN_COLUMNS = [
 def runs(
     path: SpecPath,
     overrides: OverridesArg = None,
+    only: OnlyOpt = None,
     algorithm: Annotated[
         str | None, typer.Option(help="only runs of this algorithm (its label, e.g. fedavg)")
     ] = None,
@@ -403,7 +435,7 @@ def runs(
 ) -> None:
     """Every run of the spec with what the store holds of it: state (stored, diverged, partial,
     missing), best and final accuracy, rounds done and training time."""
-    spec = _load(path, overrides=overrides)
+    spec = _load(path, overrides=overrides, only=only)
     from fedhet.execution.planning import runs_of
     from fedhet.reports.status import run_row
 
@@ -415,7 +447,7 @@ def runs(
         if (algorithm is None or r["algorithm"] == algorithm)
         and (state is None or r["state"] == state)
     ]
-    show(out, rows, RUN_COLUMNS, fmt, title=path.stem)
+    show(out, rows, present(RUN_COLUMNS, rows), fmt, title=path.stem)
 
 
 TrainOpt = Annotated[
@@ -469,6 +501,7 @@ CGV_COLUMNS = [
 def evaluate(
     path: SpecPath,
     overrides: OverridesArg = None,
+    only: OnlyOpt = None,
     fmt: FormatOpt = Format.table,
     as_json: Annotated[bool, typer.Option("--json", help="the same as --format json")] = False,
     cgv: Annotated[
@@ -485,7 +518,7 @@ def evaluate(
     """Global, per-class and per-client accuracy of each run's final (or best) model, whatever
     the method (TCT: its stage-2 linear model on the eNTK features). A run that diverged is
     marked so, with no scores."""
-    spec, st = _load(path, data_root, overrides), ArtifactStore(store)
+    spec, st = _load(path, data_root, overrides, only), ArtifactStore(store)
     from fedhet.execution.results import outcome
     from fedhet.reports.evaluation import evaluate_outcome
 
@@ -552,6 +585,7 @@ def _eval_row(report: dict, readable: bool) -> dict:
 def report(
     path: SpecPath,
     overrides: OverridesArg = None,
+    only: OnlyOpt = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for the .md and .png")] = Path(
         "reports"
     ),
@@ -565,13 +599,25 @@ def report(
             help="algorithm label (as in the table) to pair the others with; default: the first",
         ),
     ] = None,
+    floor: Annotated[
+        float | None,
+        typer.Option(
+            "--floor",
+            min=0,
+            help="smallest mean difference, in accuracy points, that a verdict calls ahead or "
+            "behind; a smaller one whose interval excludes 0 is negligible (default 0.5)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves."""
-    spec, st = _load(path, data_root, overrides), ArtifactStore(store)
+    spec, st = _load(path, data_root, overrides, only), ArtifactStore(store)
+    from fedhet.reports.comparison import FLOOR_ACCURACY
     from fedhet.reports.report import write_report
 
     runs = _stored_runs(path, spec, st, train, overrides)
-    md, png = write_report(spec, runs, st, out_dir, err, train, baseline)
+    minimum = FLOOR_ACCURACY if floor is None else floor / 100
+    md, png = write_report(spec, runs, st, out_dir, err, train, baseline, minimum)
     out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
     out.print(f"wrote {md} and {png}")
 
@@ -586,6 +632,7 @@ def report(
 def export(
     path: SpecPath,
     overrides: OverridesArg = None,
+    only: OnlyOpt = None,
     fmt: Annotated[
         Literal["csv", "parquet", "json"] | None,
         typer.Option("--format", help="csv | parquet | json (default csv)", show_default=False),
@@ -604,7 +651,7 @@ def export(
     """Every run's per-round metrics as one long table: run labels, the config fields that vary
     between runs, seed, round and each metric. With --tensorboard (and no --format or --out),
     only the TensorBoard events."""
-    spec, st = _load(path, data_root, overrides), ArtifactStore(store)
+    spec, st = _load(path, data_root, overrides, only), ArtifactStore(store)
     from fedhet.engine.tensorboard import check_folder
     from fedhet.reports import export as exporting
 

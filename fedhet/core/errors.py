@@ -1,4 +1,5 @@
-"""The two kinds of failure the CLI reports, each with its exit code."""
+"""The two kinds of failure the CLI reports, each with its exit code, and the failures that the
+Python API's callers may want to tell apart (a damaged artifact, a diverged run)."""
 
 import traceback
 
@@ -19,6 +20,11 @@ class RunError(FedhetError):
     """A failure while running (e.g. divergence); partial artifacts are kept."""
 
     exit_code = 1
+
+
+class DamagedArtifactError(RunError):
+    """A stored artifact that no longer reads as written: a chunk fails its checksum, or its
+    metadata does not parse. The message names the artifact (`stage/key`) and what is damaged."""
 
 
 class DivergedError(RunError):

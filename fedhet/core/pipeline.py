@@ -101,7 +101,8 @@ def stage(
     name: str, progress: ProgressProbe | None = None
 ) -> Callable[[StageRunner], StageRunner]:
     """Register the function that computes a stage's artifact, and for a stage that resumes from
-    checkpoints the probe that tells from where."""
+    checkpoints the probe that tells from where. Such a stage `announce`s itself, once it has read
+    its checkpoint: a damaged one is skipped for an earlier one."""
 
     def register(fn: StageRunner) -> StageRunner:
         STAGES[name] = fn
@@ -112,13 +113,13 @@ def stage(
     return register
 
 
-def _announce(node: StageNode, partial: Path) -> str:
-    load_stages()
-    probe = PROGRESS.get(node.stage)
-    resumed = probe(node, partial) if probe is not None and partial.exists() else None
-    if resumed is None:
-        return f"{node.stage} {node.key[:12]}: computing"
-    return f"resuming {node.stage} {node.key[:12]} {resumed}"
+def announce(node: StageNode, ctx: RunContext, resumed: str | None = None) -> None:
+    """Say in one line that `node` is computed now, or `resumed` from where (the probe's words,
+    "from round 4 of 20"), with its run's label."""
+    name = f"{node.stage} {node.key[:12]}"
+    line = f"{name}: computing" if resumed is None else f"resuming {name} {resumed}"
+    label = f" ({ctx.labels[node.key]})" if ctx.labels.get(node.key) else ""
+    ctx.console.print(line + label, markup=False, soft_wrap=True)
 
 
 # fedhet's own stages, imported (and so registered) on first use, as a plug-in's are: planning
@@ -208,8 +209,9 @@ def _raise_recorded_divergence(node: StageNode, ctx: RunContext) -> None:
 def _compute_locked(node: StageNode, ctx: RunContext) -> None:
     store, key = ctx.store, node.key
     partial = store.partial_dir(node.stage, key)
-    label = f" ({ctx.labels[key]})" if ctx.labels.get(key) else ""
-    ctx.console.print(_announce(node, partial) + label, markup=False, soft_wrap=True)
+    load_stages()
+    if node.stage not in PROGRESS:  # one that resumes announces itself
+        announce(node, ctx)
     provenance.use_threads(ctx.spec.runtime.threads)
     allocator.keep_freed_memory()
     attrs = {

@@ -1,18 +1,15 @@
 """The environment an artifact was computed in: recorded in its attributes, never in a key.
 
-Results are bitwise reproducible only within one environment (thread count, torch build,
-device), so reusing an artifact computed elsewhere is announced. torch is imported inside the
-functions: `spec validate` must not pay for it.
+Results are bitwise reproducible only within one environment (thread count, torch build, CPU
+vector instructions, device), so reusing an artifact computed elsewhere is announced. torch is
+imported inside the functions: `spec validate` must not pay for it.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import platform
-import runpy
 import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +19,11 @@ if TYPE_CHECKING:
     from fedhet.core.spec import RuntimeSpec
 
 # The fields that can change results; the others (platform, python, fedhet's revision) are
-# recorded for the reader. `clients` (the train stage's client executor, recorded by the stage)
-# is compared only where both sides name one: `runtime.clients: auto` accepts either.
-COMPARED = ("threads", "torch", "torch_cuda", "torch_git", "device", "clients")
+# recorded for the reader. Compared only where both sides name one: `clients` (the train stage's
+# client executor, recorded by the stage; `runtime.clients: auto` accepts either) and `cpu`
+# (artifacts stored before it was recorded).
+COMPARED = ("threads", "torch", "torch_cuda", "torch_git", "cpu", "device", "clients")
+OPTIONAL = ("cpu", "clients")
 
 
 @functools.cache
@@ -61,34 +60,29 @@ def _device(device: str) -> dict[str, str]:
 
 @functools.cache
 def torch_build() -> dict[str, Any]:
-    """torch's version, CUDA build and git revision. Read from torch's version module alone
-    unless torch is imported already: importing torch takes seconds, and a command that only
-    reuses stored artifacts does not need it."""
-    if "torch" in sys.modules:
-        import torch
+    """torch's version, CUDA build and git revision, and the vector instruction set its CPU
+    kernels use on this machine (`cpu`: DEFAULT, AVX2, AVX512, ...; kernels for another one sum
+    in another order). Knowing it takes importing torch, which a command that only reuses stored
+    artifacts then pays for (seconds) to compare it with theirs."""
+    import torch
 
-        values = {"__version__": torch.__version__, **vars(torch.version)}
-    else:
-        found = importlib.util.find_spec("torch")
-        assert found is not None and found.submodule_search_locations
-        values = runpy.run_path(str(Path(found.submodule_search_locations[0]) / "version.py"))
     return {
-        "torch": str(values["__version__"]),
-        "torch_cuda": values["cuda"],
-        "torch_git": values["git_version"],
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "torch_git": torch.version.git_version,
+        "cpu": torch.backends.cpu.get_cpu_capability(),
     }
 
 
 def environment(threads: int | None = None, device: str | None = None) -> dict[str, Any]:
     """This process's environment. By default the thread count and device are the ones in use
     now (CUDA counts as in use once it is initialized); a caller that is about to compute with
-    other settings passes them (and then torch need not be imported)."""
-    if threads is None or device is None:
-        import torch
+    other settings passes them."""
+    import torch
 
-        threads = threads or torch.get_num_threads()
-        if device is None:
-            device = "cuda" if torch.cuda.is_initialized() else "cpu"
+    threads = threads or torch.get_num_threads()
+    if device is None:
+        device = "cuda" if torch.cuda.is_initialized() else "cpu"
     env: dict[str, Any] = {"fedhet": __version__}
     revision = git_revision()
     if revision is not None:
@@ -133,7 +127,7 @@ def differences(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[
         f"{_describe(stored, name)} (now {_describe(current, name)})"
         for name in COMPARED
         if stored.get(name) != current.get(name)
-        and (name != "clients" or (name in stored and name in current))
+        and (name not in OPTIONAL or (name in stored and name in current))
     ]
 
 
@@ -158,6 +152,7 @@ def _describe(env: dict[str, Any], name: str) -> str:
         "torch": f"torch {value}",
         "torch_cuda": f"CUDA build {value}" if value else "CPU-only torch build",
         "torch_git": f"torch git {str(value)[:12]}",
+        "cpu": f"CPU capability {value}",
         "device": f"device {_device_text(env)}",
         "clients": f"{value} clients",
     }[name]
@@ -177,6 +172,7 @@ def described(env: dict[str, Any]) -> dict[str, str]:
         "fedhet": f"{env.get('fedhet')}, {revision}",
         "torch": f"{env.get('torch')}, {_describe(env, 'torch_cuda')}, git "
         f"{str(env.get('torch_git'))[:12]}",
+        **({"cpu": str(env["cpu"])} if "cpu" in env else {}),
         "threads": str(env.get("threads")),
         "device": _device_text(env),
         **({"clients": str(env["clients"])} if "clients" in env else {}),

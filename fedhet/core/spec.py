@@ -8,6 +8,7 @@ they never enter a stage key.
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 import shlex
 from collections.abc import Iterable, Iterator, Sequence
@@ -27,6 +28,7 @@ from pydantic_core import PydanticCustomError
 
 from fedhet.core import architectures, registry
 from fedhet.core.errors import InputError
+from fedhet.core.overrides import apply_overrides, blame, keep_only, override_path
 from fedhet.core.sections import (
     MAX_CLASSES,
     MAX_CLIENTS,
@@ -557,7 +559,7 @@ def _inapplicable_field(path: list[str], data: Any, overridden: bool) -> str | N
     if not overridden or chosen is None:
         return f"{message}; remove it or set {path[0]}.{tag}"
     kept = {k: v for k, v in section.items() if k in chosen.model_fields}
-    whole = yaml.safe_dump(kept, default_flow_style=True, sort_keys=False, width=1000).strip()
+    whole = _flow_yaml(kept)
     return f"{message}; drop it by setting the whole section: {path[0]}={shlex.quote(whole)}"
 
 
@@ -580,6 +582,34 @@ def _field_path(loc: tuple[int | str, ...], data: Any) -> list[str]:
     return path
 
 
+def _unknown_field(path: list[str], data: Any) -> str:
+    """The message for a field no section takes: the spelling nearest to it among its section's
+    fields (those of the scheme or algorithm chosen, of all when none is), if one is close."""
+    models, node = [Spec], data
+    for depth, part in enumerate(path[:-1]):
+        node = node.get(part) if isinstance(node, dict) else None
+        union = _tagged_union(part) if depth == 0 else None
+        if union is not None:
+            tag, _, members = union
+            chosen = members.get(node.get(tag)) if isinstance(node, dict) else None
+            models = [chosen] if chosen else list(members.values())
+        else:
+            found = [m.model_fields[part].annotation for m in models if part in m.model_fields]
+            models = [m for annotation in found for m in _models_in(annotation)]
+    fields = {name for model in models for name in model.model_fields}
+    close = difflib.get_close_matches(path[-1], fields, n=1)
+    if close:
+        return f"unknown field; did you mean {close[0]}?"
+    return "unknown field; remove it or fix its spelling (`fedhet spec schema` lists the fields)"
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The spec sections an annotation names (`RotationSpec | None`: RotationSpec)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
 def _short(value: Any, limit: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -591,9 +621,7 @@ def _format_error(err: ValidationError, source: str, data: Any, overridden: bool
     path, kind, ctx = _field_path(first["loc"], data), first["type"], first.get("ctx", {})
     value = first.get("input")
     if kind == "extra_forbidden":
-        msg = _inapplicable_field(path, data, overridden) or (
-            "unknown field; remove it or fix its spelling (`fedhet spec schema` lists the fields)"
-        )
+        msg = _inapplicable_field(path, data, overridden) or _unknown_field(path, data)
     elif kind == "missing":
         msg = "required field is missing; add it"
     elif kind in ("union_tag_invalid", "union_tag_not_found"):
@@ -656,90 +684,64 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> Spec:
+def load_mapping(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """A spec file's mapping, `base: OTHER.yaml` resolved: OTHER's mapping (a path relative to
+    this file, itself resolved the same way) with this file's fields merged over it
+    (`derived`); a matrix axis set to null is dropped."""
+    data = load_yaml(path)
+    if not isinstance(data, dict) or "base" not in data:
+        return data
+    here = Path(path).resolve()
+    base = data.pop("base")
+    if not isinstance(base, str):
+        raise InputError(f"{path}: base: give the path of the spec this one derives from")
+    base_path = (here.parent / base).resolve()
+    if base_path in (*_seen, here):
+        raise InputError(f"{path}: base: {base} derives from itself; break the cycle")
+    merged = derived(load_mapping(base_path, (*_seen, here)), data)
+    if isinstance(merged.get("matrix"), dict):  # an axis set to null is dropped
+        merged["matrix"] = {a: v for a, v in merged["matrix"].items() if v is not None}
+    return merged
+
+
+def derived(base: dict, changes: dict) -> dict:
+    """`changes` merged over `base`: a section merges field by field, except a section whose
+    choice (an algorithm's `name`, a partition's `scheme`) changes, which is replaced whole, as
+    is every other value (a matrix axis's list included)."""
+    merged = copy.deepcopy(base)
+    for field, value in changes.items():
+        old = merged.get(field)
+        if isinstance(old, dict) and isinstance(value, dict) and not _choice_changes(old, value):
+            merged[field] = derived(old, value)
+        else:
+            merged[field] = copy.deepcopy(value)
+    return merged
+
+
+def _choice_changes(old: dict, new: dict) -> bool:
+    return any(tag in new and new[tag] != old.get(tag) for tag in ("name", "scheme", "arch"))
+
+
+def load_spec(path: str | Path, overrides: Sequence[str] = (), only: Sequence[str] = ()) -> Spec:
     """The spec in the file at `path`, with command-line `overrides` (PATH=VALUE) applied to its
-    mapping before validation, so they give exactly the keys an edit of the file would."""
+    mapping before validation, so they give exactly the keys an edit of the file would, and its
+    matrix restricted by the `only` filters (AXIS=VALUE; fedhet.core.overrides)."""
+    data = keep_only(apply_overrides(load_mapping(path), overrides), only)
     if not overrides:
-        return parse_spec(load_yaml(path), str(path))
-    data = apply_overrides(load_yaml(path), overrides)
+        return parse_spec(data, str(path))
     try:
         spec = Spec.model_validate(data)
     except ValidationError as err:
         where = _field_path(err.errors(include_url=False)[0]["loc"], data)
-        source = _blame(str(path), overrides, where)
+        source = blame(str(path), overrides, where)
         raise InputError(_format_error(err, source, data, overridden=True)) from None
     for override in overrides:  # matrix axes are any string to pydantic: expanding checks them
-        if _override_path(override)[0] == "matrix":
+        if override_path(override)[0] == "matrix":
             try:
                 expand(spec)
             except InputError as err:
                 raise InputError(f"override {override!r}: {err}") from None
     return spec
-
-
-# --- command-line overrides -------------------------------------------------------------
-
-
-def _override_path(override: str) -> list[str]:
-    """`federation.rounds=5` -> [federation, rounds]; a matrix axis stays one dotted name."""
-    dotted = override.partition("=")[0].strip()
-    head, _, axis = dotted.partition(".")
-    return [head, axis] if head == "matrix" and axis else dotted.split(".")
-
-
-def apply_overrides(data: dict, overrides: Sequence[str]) -> dict:
-    """A copy of a spec's mapping with each `PATH=VALUE` applied in order; VALUE is YAML and
-    replaces whatever the path held (`'partition={scheme: iid, clients: 5}'` replaces the whole
-    section). A path through a value that is not a section is rejected, naming the override."""
-    if not isinstance(data, dict):
-        raise InputError(f"a spec must be a YAML mapping, got {type(data).__name__}")
-    data = copy.deepcopy(data)
-    for override in overrides:
-        *parents, leaf = _override_path(override)
-        _, has_value, text = override.partition("=")
-        if not has_value or not all(part.strip() for part in [*parents, leaf]):
-            raise InputError(
-                f"override {override!r}: expected PATH=VALUE with a dotted PATH, "
-                "e.g. federation.rounds=100"
-            )
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            message = f"override {override!r}: the value is not valid YAML ({problem})"
-            raise InputError(message) from None
-        node = data
-        for depth, part in enumerate(parents):
-            if node.get(part) is None:
-                node[part] = {}
-            node = node[part]
-            if not isinstance(node, dict):
-                where = ".".join(parents[: depth + 1])
-                raise InputError(
-                    f"override {override!r}: {where} is a value, not a section; "
-                    f"set it whole ({where}=...)"
-                )
-        node[leaf] = value
-    return data
-
-
-def _blame(source: str, overrides: Sequence[str], error_path: list[str]) -> str:
-    """Who a validation error belongs to: the overrides sharing the longest leading part of the
-    error's path, else the file (named with every override when the error has no path)."""
-    if not error_path:
-        return f"{source} with override{'s' if len(overrides) > 1 else ''} " + ", ".join(
-            repr(o) for o in overrides
-        )
-    shared = {o: _common_prefix(_override_path(o), error_path) for o in overrides}
-    best = max(shared.values())
-    if best == 0:
-        return source
-    return "override " + ", ".join(repr(o) for o, n in shared.items() if n == best)
-
-
-def _common_prefix(a: list[str], b: list[str]) -> int:
-    shared = itertools.takewhile(lambda pair: pair[0] == pair[1], zip(a, b, strict=False))
-    return sum(1 for _ in shared)
 
 
 # --- matrix -----------------------------------------------------------------------------
@@ -764,8 +766,20 @@ def expand(spec: Spec) -> list[tuple[dict[str, Any], Spec]]:
     runs = []
     for values in itertools.product(*(spec.matrix[a] for a in axes)):
         data = _with_axes(base, zip(axes, values, strict=True))
-        runs.append((dict(zip(axes, values, strict=True)), parse_run(data, f"matrix {values}")))
+        axis_values = dict(zip(axes, values, strict=True))
+        runs.append((axis_values, parse_run(data, f"matrix run {_run_name(axis_values)}")))
     return runs
+
+
+def _run_name(axis_values: dict[str, Any]) -> str:
+    """A matrix run by its axes' values as a spec writes them: `algorithm.name=fedprox, seed=1`."""
+    return ", ".join(f"{axis}={_flow_yaml(value)}" for axis, value in axis_values.items())
+
+
+def _flow_yaml(value: Any) -> str:
+    """A value as YAML on one line (a mapping in braces)."""
+    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000)
+    return text.removesuffix("\n...\n").strip()
 
 
 def _with_axes(base: dict[str, Any], axis_values: Iterable[tuple[str, Any]]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from fedhet import __version__
 from fedhet.core import provenance
-from fedhet.core.errors import InputError, RunError
+from fedhet.core.errors import DamagedArtifactError, InputError
 from fedhet.process import interrupts, lockfile
 
 TMP_MARK = ".tmp-"
@@ -36,10 +36,6 @@ TMP_MARK = ".tmp-"
 
 # zarr's crc32c checksum after the default compression: a damaged chunk fails to read
 CODECS = {"compressors": (ZstdCodec(), Crc32cCodec())}
-
-
-class DamagedArtifactError(RunError):
-    """A read of a stored chunk whose checksum does not match: the stored data changed."""
 
 
 def create_array(group: zarr.Group, name: str, **options: Any) -> zarr.Array:
@@ -60,6 +56,14 @@ def damaged_array(error: BaseException) -> zarr.Array | None:
     return readers[-1] if readers else None
 
 
+def damaged(stage: str, key: str, what: str, why: str) -> DamagedArtifactError:
+    """The one-line error for the damaged part `what` of an artifact, and what to do."""
+    return DamagedArtifactError(
+        f"{stage}/{key[:12]}: the stored {what} is damaged ({why}); see `fedhet artifacts "
+        f"verify`, then `fedhet artifacts rm {key[:12]}` and recompute it"
+    )
+
+
 @contextmanager
 def damage_named() -> Iterator[None]:
     """Turn a checksum mismatch read inside into a DamagedArtifactError naming the artifact
@@ -71,11 +75,8 @@ def damage_named() -> Iterator[None]:
         if array is None:
             raise
         where = Path(array.store.root)
-        stage, key = where.parent.name, where.name.removesuffix(".zarr")[:12]
-        raise DamagedArtifactError(
-            f"{stage}/{key}: the stored {array.path} is damaged (checksum mismatch); see "
-            f"`fedhet artifacts verify`, then `fedhet artifacts rm {key}` and recompute it"
-        ) from None
+        stage, key = where.parent.name, where.name.removesuffix(".zarr")
+        raise damaged(stage, key, array.path, "checksum mismatch") from None
 
 
 def default_root() -> Path:
@@ -143,7 +144,12 @@ class ArtifactStore:
     def open(self, stage: str, key: str) -> zarr.Group:
         if not self.exists(stage, key):
             raise InputError(f"no {stage} artifact {key[:12]} in {self.root}")
-        return zarr.open_group(self.path(stage, key), mode="r")
+        try:
+            return zarr.open_group(self.path(stage, key), mode="r")
+        except OSError:
+            raise
+        except Exception:  # metadata that does not parse, whatever zarr raised on it
+            raise damaged(stage, key, "zarr.json", "unreadable metadata") from None
 
     def info(self, stage: str, key: str) -> ArtifactInfo:
         return ArtifactInfo(stage, key, self.path(stage, key), dict(self.open(stage, key).attrs))
@@ -234,7 +240,7 @@ class ArtifactStore:
     def verify(self, stage: str, key: str) -> list[str]:
         """Problems found by recomputing every array checksum; empty when intact."""
         try:
-            group = self.open(stage, key)
+            group = zarr.open_group(self.path(stage, key), mode="r")
             expected = dict(group.attrs.get("checksums", {}))
             stored = dict(arrays(group))
         except Exception as err:  # unreadable metadata is corruption, whatever zarr raised

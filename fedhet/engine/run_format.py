@@ -281,11 +281,10 @@ class Checkpoints:
                     raise
                 damaged.append(f"{path.name} ({Path(array.store.root).name}/{array.path})")
                 shutil.rmtree(path, ignore_errors=True)
-        if damaged:
-            start = state.round if state is not None else 0
+        if damaged:  # the run says once where it starts from, now that it is known
             self.announce(
                 f"skipped the damaged checkpoint{'s' if len(damaged) > 1 else ''} "
-                f"{', '.join(damaged)}: checksum mismatch; going on from round {start}"
+                f"{', '.join(damaged)}: checksum mismatch"
             )
         return state
 

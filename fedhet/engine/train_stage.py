@@ -15,7 +15,7 @@ from pathlib import Path
 
 import zarr
 
-from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.core.pipeline import RunContext, StageNode, announce, stage
 from fedhet.data.partition import empty_clients_note
 from fedhet.engine import tensorboard, tensors
 from fedhet.engine.client_executors import client_executor, executor_name
@@ -41,16 +41,19 @@ def resume_point(node: StageNode, partial: Path) -> str | None:
     return None if done is None else f"from round {done + 1} of {rounds}"
 
 
-def start(node: StageNode, ctx: RunContext, engine: Engine, out: zarr.Group) -> RunState:
-    """The state the run starts from: its latest checkpoint, or the continuation of a stored
-    shorter run of the same config when that is further along (announced, and recorded in
-    `out`), else round 0."""
+def start(
+    node: StageNode, ctx: RunContext, engine: Engine, out: zarr.Group, partial: Path
+) -> RunState:
+    """The state the run starts from, announced in one line: its latest checkpoint that reads
+    whole (a damaged one is removed and skipped), or the continuation of a stored shorter run of
+    the same config when that is further along (recorded in `out`), else round 0."""
     extension = stored_prefix(node, ctx.spec, ctx.store)
-    if extension is None:
-        return engine.initial_state()
-    stored = read_continuation(ctx.store.open(node.stage, extension.key), engine.setup.device)
+    stored = None
+    if extension is not None:
+        stored = read_continuation(ctx.store.open(node.stage, extension.key), engine.setup.device)
     state = engine.initial_state(stored)
-    if state is stored:
+    announce(node, ctx, None if state is stored else resume_point(node, partial))
+    if extension is not None and state is stored:
         ctx.console.print(
             f"train {node.key[:12]}: {extension.describe()} (the stored run of the same config "
             f"with {extension.rounds} rounds)",
@@ -65,9 +68,6 @@ def start(node: StageNode, ctx: RunContext, engine: Engine, out: zarr.Group) -> 
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
     spec = ctx.spec
     setup = build_setup(spec, ctx.upstream(node, "partition"))
-    note = empty_clients_note(setup.sizes)
-    if note:
-        ctx.console.print(note)
     for role in node.upstream:
         if role != "partition":
             setup.extras[role] = ctx.upstream(node, role)
@@ -104,7 +104,10 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
             on_round,
             executor,
         )
-        state = start(node, ctx, engine, out)
+        state = start(node, ctx, engine, out, partial)
+        note = empty_clients_note(setup.sizes)
+        if note:
+            ctx.console.print(note)
         progress.update(task, completed=state.round)
         events = tensorboard.live_writer(ctx, state.round)
         try:

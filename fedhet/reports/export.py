@@ -25,6 +25,7 @@ import pyarrow.csv
 import pyarrow.parquet
 
 from fedhet.core.errors import InputError
+from fedhet.core.files import write_atomically
 from fedhet.core.store import ArtifactStore
 from fedhet.engine.run_format import METRICS
 from fedhet.engine.tensorboard import RoundWriter
@@ -130,17 +131,12 @@ def check_out(path: Path) -> None:
 
 
 def write_file(data: bytes, path: Path | None) -> None:
-    """`data` into `path` (complete or not at all: through a temporary sibling), or to stdout."""
+    """`data` into `path` (complete or not at all), or to stdout."""
     if path is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    write_atomically(path, data)
 
 
 def write_tensorboard(runs: list[StoredRun], folder: Path) -> None:

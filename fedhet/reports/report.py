@@ -22,6 +22,7 @@ from rich.console import Console
 
 from fedhet.core import provenance
 from fedhet.core.errors import InputError
+from fedhet.core.files import write_atomically
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import Run
@@ -341,7 +342,6 @@ def write_report(
     reference = reference_algorithm(runs, baseline)
     console = console or Console(stderr=True)
     rows = collect(runs, store, console, train)
-    out_dir.mkdir(parents=True, exist_ok=True)
     md, png = out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.png"
     panels = {label: seed_curves(rows, m) for m, label in CURVES.items()}
     metric_curves(panels, png, spec.name, stage_boundaries(rows))
@@ -391,5 +391,5 @@ def write_report(
         "## Per run\n\n" + per_seed_table(rows),
         f"![curves]({png.name})\n",
     ]
-    md.write_text(header + "\n\n".join(sections))
+    write_atomically(md, (header + "\n\n".join(sections)).encode())
     return md, png
