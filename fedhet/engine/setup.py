@@ -118,5 +118,24 @@ def rotated_like_clients(
     return test_x
 
 
+def own_angle_test(
+    ds: Dataset, part: Partition, interpolation: Interpolation = "bilinear"
+) -> torch.Tensor:
+    """The (unrotated) test images, each rotated by its class's own training angle: the angle
+    of the client holding the most training samples of the class (the first of equals).
+
+    Under a label skew with a rotation per client, each class is trained at about one angle while
+    the test set shows it at every client's; this is the test set that matches training."""
+    class_angles = part.angles[np.argmax(part.histogram, axis=0)]
+    test_x = ds.test_x.clone()
+    for label, degrees in enumerate(class_angles):
+        members = ds.test_y == label
+        if degrees != 0 and bool(members.any()):
+            test_x[members] = rotate(
+                test_x[members], float(degrees), ds.mean, ds.std, interpolation
+            )
+    return test_x
+
+
 def _to_device(ds: Dataset, device: torch.device) -> Dataset:
     return replace(ds, test_x=ds.test_x.to(device), test_y=ds.test_y.to(device))

@@ -15,13 +15,16 @@ class Scores:
     """A model's test accuracy and loss, its test accuracy on each class, its accuracy on each
     client's training samples, and with per-client test sets (fedhet.data.client_test) each
     client's accuracy on its own test set (None without them, or for a method that does not
-    measure it)."""
+    measure it). With a rotation feature shift, `own_angle` is the test accuracy when every test
+    image is shown at its class's own training angle (fedhet.engine.setup.own_angle_test): a
+    model that learned orientation as the label scores high there and low on the test set."""
 
     accuracy: float
     loss: float
     per_class: list[float]
     per_client: list[float]
     client_test: list[float] | None = None
+    own_angle: float | None = None
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,13 @@ from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.store import ArtifactStore
 from fedhet.data.client_test import client_test_data, client_test_node
 from fedhet.data.clients import ClientData
+from fedhet.data.datasets import load_data
+from fedhet.data.partition_stage import load_partition
 from fedhet.engine import tensors
 from fedhet.engine.description import ModelChoice
 from fedhet.engine.loop import evaluate
 from fedhet.engine.run_format import read_client_states
-from fedhet.engine.setup import build_setup
+from fedhet.engine.setup import build_setup, own_angle_test
 from fedhet.execution.planning import Run
 from fedhet.execution.results import Outcome
 from fedhet.metrics.accuracy import Scores, class_accuracies, client_spread
@@ -168,12 +170,20 @@ def network_scores(
     ]
     accuracies, losses, per_class = zip(*tested, strict=True)
     tests = client_tests(run, ctx, setup.device)
+    part = load_partition(ctx.upstream(run.node, "partition"))
+    own_angle = None
+    if part.angles is not None:
+        x = own_angle_test(load_data(run.spec.data), part, run.spec.partition.interpolation)
+        x = x.to(setup.device)
+        states = trainer.evaluation_states(chosen, own)
+        own_angle = float(np.mean([scores(state, x, ds.test_y)[0] for state in states]))
     result = Scores(
         accuracy=float(np.mean(accuracies)),
         loss=float(np.mean(losses)),
         per_class=np.nanmean(np.asarray(per_class), axis=0).tolist(),
         per_client=[client_accuracy(c.id, c) for c in clients],
         client_test=None if tests is None else [client_accuracy(t.id, t) for t in tests],
+        own_angle=own_angle,
     )
     if not cgv:
         return result, None

@@ -34,6 +34,7 @@ from fedhet.reports.evaluation import evaluate_run
 from fedhet.reports.plateau import plateau_section
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
+FINAL_METRICS = ("own_angle", "client_test_mean", "client_test_worst_decile", "client_test_std")
 CLIENT_TEST_METRICS = {
     "client_test_mean": "Mean over clients",
     "client_test_worst_decile": "Worst 10% of clients (mean of the lowest ceil(K/10))",
@@ -186,32 +187,44 @@ def _cell(group: list[dict], metric: str, cell: Callable[[list], str]) -> str:
     return cell([r.get(metric, math.nan) for r in group]) + mark
 
 
-def client_test_section(
+def with_final_scores(
     rows: list[dict], runs: list[Run], store: ArtifactStore, console: Console
-) -> str:
-    """Per-client accuracy of each run's final model on the clients' own test sets
-    (`eval.client_test`): its mean, worst decile and spread over clients, each summarized over
-    seeds. A diverged run, or a method that does not measure it, counts as not measured."""
+) -> list[dict]:
+    """Each row with the `fedhet eval` scores of its run's final model (FINAL_METRICS); NaN for
+    a diverged run, or a metric its method does not measure."""
     by_key = {run.node.key: run for run in runs}
-    spreads = []
+    scored = []
     for row in rows:
         run = by_key[row["key"]]
-        measured = None
+        measured = {}
         if row["diverged"] is None:
             group = store.open(run.node.stage, run.node.key)
             measured = evaluate_run(run, group, store, console=console)
-        spreads.append(
-            {
-                **row,
-                **{
-                    name: math.nan if measured is None else measured.get(name, math.nan)
-                    for name in CLIENT_TEST_METRICS
-                },
-            }
-        )
+        scored.append({**row, **{name: _number(measured.get(name)) for name in FINAL_METRICS}})
+    return scored
+
+
+def _number(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def own_angle_section(rows: list[dict]) -> str:
+    return (
+        "## Accuracy at each class's own training angle\n\nThe final model on the test set "
+        "with every image rotated by its class's own training angle (the angle of the client "
+        "holding most of the class's training samples), where the test set above shows every "
+        "class at every client's angle. Far above the test accuracy, it says the model learned "
+        "orientation as part of the label: class and angle are confounded in training. Over "
+        "the seeds: mean ± std (%).\n\n" + markdown_table(rows, "own_angle")
+    )
+
+
+def client_test_section(rows: list[dict]) -> str:
+    """Per-client accuracy of each run's final model on the clients' own test sets
+    (`eval.client_test`): its mean, worst decile and spread over clients, each summarized over
+    seeds. A diverged run, or a method that does not measure it, counts as not measured."""
     tables = [
-        f"{title}\n\n" + markdown_table(spreads, name)
-        for name, title in CLIENT_TEST_METRICS.items()
+        f"{title}\n\n" + markdown_table(rows, name) for name, title in CLIENT_TEST_METRICS.items()
     ]
     return (
         "## Per-client test accuracy\n\nEach client scored on its own test set (drawn from the "
@@ -380,8 +393,13 @@ def write_report(
     )
     sections.append(paired_section(cells(rows), reference, target, floor))
     sections.append(plateau_section(cells(rows), reference))
+    rotated = any(run.spec.partition.rotation is not None for run in runs)
+    if spec.eval.client_test is not None or rotated:
+        rows = with_final_scores(rows, runs, store, console)
+    if rotated:
+        sections.append(own_angle_section(rows))
     if spec.eval.client_test is not None:
-        sections.append(client_test_section(rows, runs, store, console))
+        sections.append(client_test_section(rows))
     sections += [
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds; "
         "a round trip is one server-client exchange.\n\n" + cost_table(rows),
