@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 REPRO_SPECS := specs/quickstart.yaml specs/tct_fmnist.yaml specs/vhl_fmnist.yaml specs/vhl_fmnist_official.yaml specs/vhl_fmnist_official_long.yaml specs/vhl_fmnist_gn_long.yaml specs/vhl_fmnist_standardized_long.yaml specs/fedimpro_fmnist.yaml specs/fedimpro_fmnist_long.yaml specs/fedbr_fmnist.yaml specs/fedbr_fmnist_long.yaml specs/fedbr_fmnist_skew.yaml specs/fedtan_fmnist.yaml specs/fedtan_fmnist_gn.yaml specs/all_methods_fmnist.yaml specs/tct_fmnist_paper.yaml specs/fednova_fmnist.yaml
 REPORTS := $(patsubst specs/%.yaml,report-%,$(REPRO_SPECS))
 
-.PHONY: install lock test lint quickstart reproduce clean-tree bench clean $(REPORTS)
+.PHONY: install lock test lint quickstart reproduce readme clean-tree bench clean $(REPORTS)
 
 install: $(VENV)/.installed
 
@@ -50,6 +50,10 @@ clean-tree:
 
 $(REPORTS): report-%: install clean-tree
 	$(BIN)/fedhet report specs/$*.yaml --out reports --train
+
+# The README's result tables, rewritten from the committed reports (reports/readme.yaml).
+readme: install
+	$(BIN)/python -m fedhet.reports.readme
 
 bench: install
 	$(BIN)/python -m benchmarks.engine_overhead

@@ -1,0 +1,251 @@
+"""The README's result tables, written from the committed reports (`make readme`), so that no
+number in them is typed by hand.
+
+`reports/readme.yaml` names each generated block; the README holds it between
+`<!-- generated:NAME -->` and `<!-- end:NAME -->`, and `write_readme` replaces what is between.
+A block is one of:
+- `table`: a report's main table (best test accuracy, mean ± std over seeds), as it is;
+- `paired`: algorithms x settings of a report's paired table, each cell the mean difference,
+  its interval and the verdict;
+- `claims`: one row per claim, each naming its report, algorithm and setting, with the paper's
+  figure as text;
+- `cells`: rows of literal text and cells of reports' main tables (an algorithm in one or more
+  settings, joined by " / ").
+Every block ends with the line naming the reports it came from: the commit they were computed
+from and the machine (platform, torch, threads, CPU capability where recorded). Verdicts are
+recomputed from the mean and interval with the current floor (fedhet.reports.comparison), so a
+report written before the floor existed reads the same as a new one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedhet.core.errors import InputError
+from fedhet.reports.comparison import FLOOR_ACCURACY
+
+BEST = "Best test accuracy"
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    name: str
+    environments: list[str]  # the header's "computed in" lines
+    tables: dict[str, list[list[str]]]  # heading (the main table: "") -> rows of cells
+
+    def table(self, heading: str) -> list[list[str]]:
+        """The table under the first heading that starts with `heading`."""
+        for title, rows in self.tables.items():
+            if title.startswith(heading):
+                return rows
+        raise InputError(f"reports/{self.name}.md has no table under a heading {heading!r}")
+
+    def paired(self, algorithm: str, setting: str, metric: str = BEST) -> dict[str, str]:
+        header, *rows = self.table(metric)
+        for row in rows:
+            if row[:2] == [algorithm, setting]:
+                return dict(zip(header, row, strict=False))
+        raise InputError(
+            f"reports/{self.name}.md: no paired row for {algorithm!r} in {setting!r} under "
+            f"{metric!r}"
+        )
+
+
+def read_report(path: Path) -> Report:
+    """A report's environments and tables, as `fedhet report` writes them."""
+    if not path.is_file():
+        raise InputError(f"{path}: report not found; run `make reproduce` (or report-NAME) first")
+    lines = path.read_text().splitlines()
+    environments = [line[2:] for line in lines if line.startswith("- fedhet ")]
+    tables: dict[str, list[list[str]]] = {}
+    heading = ""
+    for line in lines:
+        if line.startswith("#") and not line.startswith("# "):
+            heading = line.lstrip("#").strip()
+        elif line.startswith("|") and not set(line) <= set("|-"):
+            tables.setdefault(heading, []).append([c.strip() for c in line.strip("|").split("|")])
+    return Report(path.stem, environments, tables)
+
+
+def _number(text: str) -> float:
+    return float(text.replace("+", ""))
+
+
+def verdict(mean: float, low: float, high: float, floor_points: float) -> str:
+    if low <= 0 <= high:
+        return "within noise"
+    if abs(mean) < floor_points:
+        return "negligible"
+    return "ahead" if low > 0 else "behind"
+
+
+def _interval(cells: dict[str, str]) -> tuple[float, float, float] | None:
+    found = re.findall(r"[+-]?\d+\.\d+", cells.get("95% CI", ""))
+    if len(found) != 2:
+        return None
+    return _number(cells["mean difference (points)"]), _number(found[0]), _number(found[1])
+
+
+def _paired_text(cells: dict[str, str], flip: bool = False) -> tuple[str, str, str, str]:
+    """(mean, interval, seeds ahead, verdict), the sign flipped for a reversed pairing."""
+    measured = _interval(cells)
+    if measured is None:
+        return cells["mean difference (points)"], "-", cells["seeds ahead"], cells["verdict"]
+    mean, low, high = measured
+    if flip:
+        mean, low, high = -mean, -high, -low
+    ahead, n = (int(x) for x in cells["seeds ahead"].split("/"))
+    if flip:
+        ahead = n - ahead
+    return (
+        f"{mean:+.2f}",
+        f"[{low:+.2f}, {high:+.2f}]",
+        f"{ahead}/{n}",
+        verdict(mean, low, high, 100 * FLOOR_ACCURACY),
+    )
+
+
+def _markdown(rows: list[list[str]]) -> str:
+    header, *body = rows
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in body)])
+
+
+def _source(reports: list[Report]) -> str:
+    """The line naming where a block's numbers come from."""
+    parts = []
+    for report in reports:
+        machines = "; ".join(dict.fromkeys(_machine(env) for env in report.environments))
+        parts.append(f"`reports/{report.name}.md` ({machines or 'environment not recorded'})")
+    return "Generated by `make readme` from " + ", ".join(parts) + "."
+
+
+def _machine(environment: str) -> str:
+    """Commit, platform, torch, threads and CPU capability of an environment line."""
+    fields = dict(_fields(environment))
+    keep = ["fedhet", "torch", "threads", "cpu capability", "platform"]
+    return ", ".join(f"{name} {fields[name]}" for name in keep if name in fields)
+
+
+def _fields(environment: str) -> Iterator[tuple[str, str]]:
+    environment = environment.rsplit(":", 1)[0]  # less ": N runs"
+    for part in environment.split("; "):
+        for name in ("cpu capability", "fedhet", "torch", "threads", "platform"):
+            if part.startswith(name + " "):
+                value = part[len(name) + 1 :]
+                if name == "fedhet":
+                    value = value.split(", ")[-1][:7]
+                if name == "torch":
+                    value = value.split(",")[0]
+                if name == "platform":
+                    value = value.split("-with-")[0]
+                yield name, value
+
+
+def table_block(report: Report, entry: dict[str, Any]) -> str:
+    rows = report.table("")
+    return _markdown(rows) + "\n\n" + _source([report])
+
+
+def paired_block(report: Report, entry: dict[str, Any]) -> str:
+    header, *rows = report.table(entry.get("metric", BEST))
+    algorithms = entry.get("algorithms") or list(dict.fromkeys(row[0] for row in rows))
+    settings = list(dict.fromkeys(row[1] for row in rows))
+    names = entry.get("names", {})
+    out = [["method", *[names.get(s, s) for s in settings]]]
+    for algorithm in algorithms:
+        cells = []
+        for setting in settings:
+            mean, interval, _, decided = _paired_text(
+                report.paired(algorithm, setting, entry.get("metric", BEST))
+            )
+            cells.append(f"{mean} {interval} {decided}")
+        out.append([names.get(algorithm, algorithm), *cells])
+    return _markdown(out) + "\n\n" + _source([report])
+
+
+def claims_block(reports: dict[str, Report], entry: dict[str, Any]) -> str:
+    out = [["claim (report, setting)", "paper (difference)", "ours: mean difference",
+            "95% interval", "seeds ahead", "verdict"]]  # fmt: skip
+    used = []
+    for claim in entry["claims"]:
+        report = reports[claim["report"]]
+        used.append(report)
+        cells = report.paired(claim["algorithm"], claim["setting"], claim.get("metric", BEST))
+        mean, interval, ahead, decided = _paired_text(cells, claim.get("flip", False))
+        label = f"{claim['claim']} (`{report.name}`, {claim.get('label', claim['setting'])})"
+        out.append([label, claim.get("paper", "-"), mean, interval, ahead, decided])
+    return _markdown(out) + "\n\n" + _source(list(dict.fromkeys(used)))
+
+
+def cells_block(reports: dict[str, Report], entry: dict[str, Any]) -> str:
+    out = [list(entry["columns"])]
+    for row in entry["rows"]:
+        out.append([_cell_text(reports, cell) for cell in row])
+    used = [reports[name] for name in dict.fromkeys(_report_names(entry))]
+    return _markdown(out) + "\n\n" + _source(used)
+
+
+def _cell_text(reports: dict[str, Report], cell: Any) -> str:
+    """A literal, or an algorithm's main-table cells in the settings named, without `(n=..)`."""
+    if not isinstance(cell, dict):
+        return str(cell)
+    header, *rows = reports[cell["report"]].table("")
+    row = next((r for r in rows if r[0] == cell["algorithm"]), None)
+    if row is None:
+        raise InputError(f"reports/{cell['report']}.md has no row {cell['algorithm']!r}")
+    values = dict(zip(header, row, strict=False))
+    texts = [values[s].split(" (n=")[0] for s in cell["settings"]]
+    return cell.get("prefix", "") + " / ".join(texts) + cell.get("suffix", "")
+
+
+def _report_names(entry: dict[str, Any]) -> Iterator[str]:
+    if entry.get("kind") == "claims":
+        yield from (claim["report"] for claim in entry["claims"])
+    for row in entry.get("rows", []):
+        yield from (cell["report"] for cell in row if isinstance(cell, dict))
+
+
+def block(name: str, entry: dict[str, Any], folder: Path) -> str:
+    kind = entry.get("kind")
+    if kind in ("claims", "cells"):
+        reports = {n: read_report(folder / f"{n}.md") for n in set(_report_names(entry))}
+        return (claims_block if kind == "claims" else cells_block)(reports, entry)
+    builders = {"table": table_block, "paired": paired_block}
+    if kind not in builders:
+        raise InputError(f"readme.yaml: {name}: kind must be table, paired, claims or cells")
+    return builders[kind](read_report(folder / f"{entry['report']}.md"), entry)
+
+
+def write_readme(readme: Path, config: Path) -> list[str]:
+    """Replace every generated block of `readme` from the reports next to `config`; the names
+    of the blocks written."""
+    entries = yaml.safe_load(config.read_text())
+    text = readme.read_text()
+    for name, entry in entries.items():
+        start, end = f"<!-- generated:{name} -->", f"<!-- end:{name} -->"
+        if start not in text or end not in text:
+            raise InputError(f"{readme}: no block {start} ... {end} for readme.yaml's {name}")
+        before, rest = text.split(start, 1)
+        _, after = rest.split(end, 1)
+        text = f"{before}{start}\n{block(name, entry, config.parent)}\n{end}{after}"
+    readme.write_text(text)
+    return list(entries)
+
+
+def main() -> None:
+    try:
+        written = write_readme(Path("README.md"), Path("reports/readme.yaml"))
+    except InputError as err:
+        raise SystemExit(f"make readme: {err}") from None
+    print(f"README.md: {len(written)} generated blocks written ({', '.join(written)})")
+
+
+if __name__ == "__main__":
+    main()
