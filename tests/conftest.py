@@ -156,6 +156,14 @@ def write_spec(path: Path, spec: dict[str, Any]) -> Path:
     return path
 
 
+def flip_a_byte(array_folder: Path) -> None:
+    """Damage a stored array: a byte of its first chunk flipped."""
+    chunk = next(p for p in sorted((array_folder / "c").rglob("*")) if p.is_file())
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    chunk.write_bytes(bytes(data))
+
+
 def markdown_tables(lines: list[str]) -> list[list[list[str]]]:
     """Every markdown table in the lines, as rows of stripped cells."""
     tables, current = [], []

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import TINY_SPEC, flip_a_byte
 
 import fedhet
-from fedhet.core.errors import InputError
+from fedhet.core.errors import DamagedArtifactError, InputError
 
 REPO = Path(__file__).resolve().parents[1]
 OVERRIDES = ("federation.rounds=2", "matrix.algorithm=[{name: fedavg}, {name: fedprox, mu: 0.01}]")
@@ -70,4 +71,19 @@ def test_a_mapping_spec_with_overrides_and_a_missing_run(tmp_path):
     assert experiment.spec.seed == 3
     assert list(experiment.runs().state) == ["missing"]
     with pytest.raises(InputError, match="runs are not stored"):
+        experiment.metrics()
+
+
+@pytest.mark.parametrize("damage", ["metrics/test_accuracy", "zarr.json"])
+def test_a_damaged_artifact_raises_fedhets_error_naming_it(tmp_path, damage):
+    experiment = fedhet.load(TINY_SPEC, "runtime.progress=false", store=tmp_path)
+    experiment.train()
+    (key,) = experiment.runs().key
+    run = tmp_path / "train" / f"{key}.zarr"
+    if damage == "zarr.json":
+        (run / damage).write_text("not json")
+    else:
+        flip_a_byte(run / damage)
+    expected = f"train/{key[:12]}: the stored {damage} is damaged"
+    with pytest.raises(DamagedArtifactError, match=re.escape(expected)):
         experiment.metrics()

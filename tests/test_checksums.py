@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import TINY_SPEC, write_spec
+from conftest import TINY_SPEC, flip_a_byte, write_spec
 from rich.console import Console
 from zarr.codecs import Crc32cCodec
 
@@ -29,13 +29,6 @@ SPEC = {
     "algorithm": {"name": "scaffold"},  # clients' states: checkpoints with deltas
     "runtime": {"threads": 1, "progress": False, "device": "cpu", "checkpoint_every": 1},
 }
-
-
-def flip_a_byte(array_folder: Path) -> None:
-    chunk = next(p for p in sorted((array_folder / "c").rglob("*")) if p.is_file())
-    data = bytearray(chunk.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    chunk.write_bytes(bytes(data))
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +90,29 @@ def test_a_damaged_chunk_fails_the_command_in_one_line(fedhet, trained, tmp_path
     assert not any(line.startswith("error") for line in lines[:-1])
 
 
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_damaged_metadata_file_fails_the_command_as_a_damaged_chunk_does(
+    fedhet, trained, tmp_path, damage
+):
+    spec, store, key = trained
+    damaged = tmp_path / "store"
+    shutil.copytree(store, damaged)
+    metadata = damaged / "train" / f"{key}.zarr" / "zarr.json"
+    text = metadata.read_text()
+    metadata.write_text(text[: len(text) // 2] if damage == "truncated" else "not json")
+    result = fedhet("train", spec, store=damaged)
+    assert result.rc == 1, result.stderr
+    assert "Traceback" not in result.stderr and "unexpected" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == (
+        f"error: train/{key[:12]}: the stored zarr.json is damaged (unreadable metadata); see "
+        f"`fedhet artifacts verify`, then `fedhet artifacts rm {key[:12]}` and recompute it"
+    )
+    assert not any(line.startswith("error") for line in lines[:-1])
+    assert fedhet("artifacts", "rm", key[:12], store=damaged).rc == 0  # what the line says
+    assert fedhet("train", spec, store=damaged).rc == 0
+
+
 def test_verify_names_the_damaged_array(fedhet, trained, tmp_path):
     _, _, key = trained
     damaged = damaged_store(trained, tmp_path, "metrics/test_accuracy")
@@ -137,12 +153,17 @@ def test_a_damaged_newest_checkpoint_is_skipped_and_the_run_still_equals_the_uni
 
     result = fedhet("train", spec_path, store=store.root)
     assert result.rc == 0, result.stderr
-    skipped = [line for line in result.stderr.splitlines() if "damaged" in line]
+    lines = result.stderr.splitlines()
+    skipped = [line for line in lines if "damaged" in line]
     assert len(skipped) == 1
     assert skipped[0].startswith(
         f"train {key[:12]}: skipped the damaged checkpoint {checkpoint.name}"
     )
-    assert skipped[0].endswith("checksum mismatch; going on from round 0")
+    assert skipped[0].endswith("checksum mismatch")
+    # where the run starts is said once, after the skip, and truly: round 0, not round 4
+    starts = [line for line in lines if key[:12] in line and "damaged" not in line]
+    assert starts == [f"train {key[:12]}: computing (scaffold, alpha=0.5, seed 3)"]
+    assert lines.index(skipped[0]) < lines.index(starts[0])
     ours = store.open("train", key)
     reference = ArtifactStore(reference_store).open("train", key)
     expected = {n: np.asarray(a[...]) for n, a in arrays(reference) if "wall_time" not in n}

@@ -1,6 +1,7 @@
 """A full disk while a run writes a checkpoint: one line that says the run resumes from its last
 checkpoint once space is freed (exit 1), no temporary checkpoint left behind, and the same
-command then finishes the run with the result of an uninterrupted one."""
+command then finishes the run with the result of an uninterrupted one. A full disk while
+`report` writes its files: one line naming the file, and no part of a file left behind."""
 
 from __future__ import annotations
 
@@ -88,3 +89,59 @@ def test_the_command_line_says_it_in_one_line_and_leaves_no_temporary(
     assert leftovers(store) == []
     freed = fedhet("train", spec, store=store)  # space freed: no failing hook, a forked main()
     assert freed.rc == 0 and "resuming train" in freed.stderr
+
+
+# Loaded by the fedhet subprocess (PYTHONPATH): the disk is full for files opened for writing
+# under $FULL_FOLDER once $WRITES_LEFT of them were written; a few bytes land before the error.
+FULL_FOLDER_SITECUSTOMIZE = """
+import builtins, errno, io, os
+
+_open, _left = io.open, int(os.environ["WRITES_LEFT"])
+
+def _full(file, mode="r", *args, **kwargs):
+    global _left
+    handle = _open(file, mode, *args, **kwargs)
+    if "w" not in mode or not os.path.abspath(file).startswith(os.environ["FULL_FOLDER"]):
+        return handle
+    if _left:
+        _left -= 1
+        return handle
+    with handle:
+        handle.write(b"part" if "b" in mode else "part")
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+io.open = builtins.open = _full
+"""
+
+
+@pytest.mark.parametrize("writes_left", [0, 1], ids=["figure", "markdown"])
+def test_report_on_a_full_disk_names_the_file_in_one_line_and_leaves_none_behind(
+    fedhet: CliRunner, tmp_path: Path, writes_left: int
+) -> None:
+    spec, store = write_spec(tmp_path / "spec.yaml", RAW), tmp_path / "store"
+    assert fedhet("train", spec, store=store).rc == 0
+    hooks, out = tmp_path / "hooks", tmp_path / "reports"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(FULL_FOLDER_SITECUSTOMIZE)
+    env = cli_env(
+        store,
+        PYTHONPATH=f"{hooks}:{Path(__file__).resolve().parents[1]}",
+        FULL_FOLDER=str(out),
+        WRITES_LEFT=str(writes_left),
+    )
+    full = run_fedhet("report", spec, "--out", out, env=env)
+    assert full.rc == 1, full.stderr
+    assert "Traceback" not in full.stderr and "unexpected" not in full.stderr
+    (line,) = [line for line in full.stderr.splitlines() if line.startswith("error: ")]
+    written = out / ("tiny-digits.png" if writes_left == 0 else "tiny-digits.md")
+    assert line == (
+        f"error: cannot write {written} (No space left on device); free some space and run "
+        "the same command"
+    )
+    left = {p.name: p.read_bytes() for p in out.iterdir()}  # files complete or not there
+    if writes_left == 0:
+        assert left == {}
+    else:
+        (png,) = left.values()
+        assert left.keys() == {"tiny-digits.png"} and png.startswith(b"\x89PNG")
+        assert png.endswith(b"IEND\xaeB`\x82")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,13 @@ CONFIGS = {
     ),
 }
 VHL = {"name": "fedavg", "vhl": {"generator": {"kind": "noise", "per_class": 2}}}
+
+
+def own_algorithms() -> list[str]:
+    """The algorithms of fedhet's own methods: a plug-in installed beside fedhet is its own
+    package's to test."""
+    configs = registry.configs()
+    return [name for name, config in configs.items() if config.__module__.startswith("fedhet.")]
 
 
 def spec_data(algorithm: dict, **sections) -> dict:
@@ -153,7 +161,7 @@ def test_empty_clients_never_train_and_the_others_do(store, tmp_path, per_round)
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("name", [*registry.configs(), "fedavg+vhl"])
+@pytest.mark.parametrize("name", [*own_algorithms(), "fedavg+vhl"])
 def test_every_algorithm_trains_on_a_partition_with_empty_clients(store, name):
     algorithm, sections = algorithm_block(name)
     (run,) = runs_of(parse_spec(spec_data(algorithm, **sections)))
@@ -187,8 +195,22 @@ def test_eval_scores_an_empty_client_as_nan(store, name):
     assert all(0 <= accuracy <= 1 for accuracy in per_client if not math.isnan(accuracy))
 
 
-def test_every_registered_algorithm_is_covered():
-    assert set(registry.configs()) == set(CONFIGS)
+def test_every_algorithm_of_fedhet_is_covered():
+    assert set(own_algorithms()) == set(CONFIGS)
+
+
+def test_a_plugin_installed_beside_fedhet_is_not_enumerated(monkeypatch):
+    """tests/plugins/fedhet_example registered through its entry point, as pip would."""
+    example = EntryPoint("skewavg", "fedhet_example.plugin:METHOD", registry.GROUP)
+    installed = [*entry_points(group=registry.GROUP), example]
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "plugins" / "fedhet_example"))
+    monkeypatch.setattr(registry, "entry_points", lambda group: installed)
+    registry._load.cache_clear()
+    try:
+        assert "skewavg" in registry.configs()  # registered
+        assert "skewavg" not in own_algorithms() and set(own_algorithms()) == set(CONFIGS)
+    finally:
+        registry._load.cache_clear()  # the next test loads the registry without it
 
 
 @pytest.mark.timeout(60)

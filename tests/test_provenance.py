@@ -3,9 +3,12 @@ show` prints it, and reusing or reporting results computed elsewhere is said in 
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,7 @@ def test_environment_names_versions_build_threads_device_and_platform(one_thread
         torch.version.cuda,
         torch.version.git_version,
     )
+    assert env["cpu"] == torch.backends.cpu.get_cpu_capability()  # e.g. AVX2, AVX512
     assert env["threads"] == 1 and env["device"] == "cpu" and "gpu" not in env
     assert env["platform"] == platform.platform() and env["machine"] == platform.machine()
     assert env["python"] == platform.python_version()
@@ -124,6 +128,31 @@ def test_a_run_reused_from_another_environment_is_announced_in_one_line(
     ]
 
 
+def test_a_run_reused_across_cpu_vector_instruction_sets_is_announced_in_one_line(
+    tmp_path, one_thread, capsys
+):
+    (run,) = runs_of(parse_spec(SPEC))
+    store = ArtifactStore(tmp_path)
+    execute(run, store)
+    stored = zarr.open_group(store.path("train", run.node.key), mode="r+")
+    recorded = dict(stored.attrs["environment"])
+    here = recorded["cpu"]
+    elsewhere = "AVX2" if here != "AVX2" else "AVX512"
+
+    def announced(environment: dict) -> list[str]:
+        stored.attrs["environment"] = environment
+        capsys.readouterr()
+        execute(run, store)
+        return [line for line in capsys.readouterr().err.splitlines() if "another" in line]
+
+    assert announced({**recorded, "cpu": elsewhere}) == [
+        f"train {run.node.key[:12]}: reusing the stored artifact, computed under another "
+        f"environment: CPU capability {elsewhere} (now CPU capability {here})"
+    ]
+    # stored before fedhet recorded it: nothing known differs
+    assert announced({k: v for k, v in recorded.items() if k != "cpu"}) == []
+
+
 def test_report_lists_environments_and_announces_results_from_elsewhere(
     fedhet: CliRunner, tmp_path: Path
 ):
@@ -151,3 +180,26 @@ def test_report_lists_environments_and_announces_results_from_elsewhere(
     computed_in = shown.stdout.split("computed in", 1)[1]
     assert f"torch     {torch.__version__}" in computed_in and "threads   1" in computed_in
     assert "device    cpu" in computed_in and f"fedhet    {__version__}" in computed_in
+    assert f"cpu       {torch.backends.cpu.get_cpu_capability()}" in computed_in
+
+
+def test_the_torch_build_is_kept_per_machine_so_reuse_checks_need_no_torch(tmp_path):
+    """A command that only reuses stored artifacts compares their torch build and CPU
+    instruction set with this machine's without importing torch (seconds), from the cache;
+    a forced instruction set is another machine's entry."""
+    probe = (
+        "import sys, json; from fedhet.core import provenance; "
+        "print(json.dumps([provenance.torch_build(), 'torch' in sys.modules]))"
+    )
+
+    def run(**extra: str) -> list:
+        env = {**os.environ, "FEDHET_CACHE": str(tmp_path), **extra}
+        done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        return json.loads(done.stdout)
+
+    first, imported = run()
+    assert imported and first["cpu"] == torch.backends.cpu.get_cpu_capability()
+    assert run() == [first, False]  # from the cache
+    forced, imported = run(ATEN_CPU_CAPABILITY="default")
+    assert imported and forced["cpu"] == "DEFAULT"

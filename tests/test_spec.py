@@ -449,6 +449,14 @@ BAD_SPECS = {
         with_value(TINY_SPEC, "federation.learning_rate", 0.1),
         ["federation.learning_rate", "unknown field", "remove it or fix its spelling"],
     ),
+    "misspelt key": (
+        with_value(TINY_SPEC, "federation.batchsize", 32),
+        ["federation.batchsize: unknown field; did you mean batch_size?"],
+    ),
+    "misspelt key of the chosen scheme": (
+        with_value(TINY_SPEC, "partition.alpah", 0.1),
+        ["partition.alpah: unknown field; did you mean alpha?"],
+    ),
     "wrong type": (
         with_value(TINY_SPEC, "federation.rounds", "many"),
         ["federation.rounds", "valid integer", "'many'"],
@@ -481,6 +489,13 @@ def test_cli_bad_spec_exits_2_with_one_line(fedhet: CliRunner, tmp_path: Path, c
     data, expected = BAD_SPECS[case]
     path = write_spec(tmp_path / "bad.yaml", data)
     assert_one_line_input_error(fedhet("spec", "validate", path), [str(path), *expected])
+
+
+def test_cli_names_a_bad_matrix_run_by_its_axis_values(fedhet: CliRunner, tmp_path: Path):
+    matrix = {"algorithm": [{"name": "fedavg"}, {"name": "fedprox", "mu": -1}], "seed": [1]}
+    path = write_spec(tmp_path / "bad.yaml", with_value(TINY_SPEC, "matrix", matrix))
+    expected = "matrix run algorithm={name: fedprox, mu: -1}, seed=1: algorithm.mu: input should"
+    assert_one_line_input_error(fedhet("spec", "validate", path), [expected])
 
 
 def test_cli_yaml_syntax_error_names_file_and_line(fedhet: CliRunner, tmp_path: Path):

@@ -8,12 +8,16 @@ imported inside the functions: `spec validate` must not pay for it.
 from __future__ import annotations
 
 import functools
+import importlib.util
+import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedhet import __version__
+from fedhet.core.cache import cached_json
 
 if TYPE_CHECKING:
     from fedhet.core.spec import RuntimeSpec
@@ -62,8 +66,27 @@ def _device(device: str) -> dict[str, str]:
 def torch_build() -> dict[str, Any]:
     """torch's version, CUDA build and git revision, and the vector instruction set its CPU
     kernels use on this machine (`cpu`: DEFAULT, AVX2, AVX512, ...; kernels for another one sum
-    in another order). Knowing it takes importing torch, which a command that only reuses stored
-    artifacts then pays for (seconds) to compare it with theirs."""
+    in another order). Knowing them takes importing torch (seconds), so they are kept in the
+    cache per installed torch and CPU: a command that only reuses stored artifacts compares
+    without importing it."""
+    if "torch" in sys.modules:
+        return _torch_build()
+    return cached_json("torch_build", _installed_torch_and_cpu(), _torch_build)
+
+
+def _installed_torch_and_cpu() -> str:
+    """What the torch build facts depend on: the installed torch files and this CPU's flags."""
+    location = importlib.util.find_spec("torch").origin
+    flags = ""
+    if Path("/proc/cpuinfo").is_file():
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next((line for line in lines if line.startswith(("flags", "Features"))), "")
+    stamp = os.stat(location).st_mtime_ns
+    environment = os.environ.get("ATEN_CPU_CAPABILITY", "")
+    return f"{location}|{stamp}|{platform.machine()}|{flags}|{environment}"
+
+
+def _torch_build() -> dict[str, Any]:
     import torch
 
     return {

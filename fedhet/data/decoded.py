@@ -17,12 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def cache_folder() -> Path:
-    if os.environ.get("FEDHET_CACHE"):
-        return Path(os.environ["FEDHET_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "fedhet"
+from fedhet.core.cache import cache_folder
 
 
 def entry(source: Path) -> Path:
