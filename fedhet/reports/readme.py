@@ -127,16 +127,16 @@ def _source(reports: list[Report]) -> str:
 
 
 def _machine(environment: str) -> str:
-    """Commit, platform, torch, threads and CPU capability of an environment line."""
+    """Commit, platform, torch, threads and CPU instruction set of an environment line."""
     fields = dict(_fields(environment))
-    keep = ["fedhet", "torch", "threads", "cpu capability", "platform"]
+    keep = ["fedhet", "torch", "threads", "cpu", "platform"]
     return ", ".join(f"{name} {fields[name]}" for name in keep if name in fields)
 
 
 def _fields(environment: str) -> Iterator[tuple[str, str]]:
     environment = environment.rsplit(":", 1)[0]  # less ": N runs"
     for part in environment.split("; "):
-        for name in ("cpu capability", "fedhet", "torch", "threads", "platform"):
+        for name in ("cpu", "fedhet", "torch", "threads", "platform"):
             if part.startswith(name + " "):
                 value = part[len(name) + 1 :]
                 if name == "fedhet":
