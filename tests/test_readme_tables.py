@@ -59,7 +59,7 @@ def test_blocks_come_from_the_reports_with_the_floor_and_the_machine(tmp_path):
     assert "| mine | +0.40 [+0.22, +0.58] negligible | +6.00 [+4.00, +8.00] ahead |" in text
     assert "| mine > fedavg (`toy`, skew) | - | +6.00 | [+4.00, +8.00] | 3/3 | ahead |" in text
     assert "| fedavg > mine (`toy`, skew) | - | -6.00 | [-8.00, -4.00] | 0/3 | behind |" in text
-    machine = "fedhet abcdef1, torch 2.14.1+cpu, threads 1, cpu AVX2, platform Linux-6.1-x86_64)"
+    machine = "`toy` on torch 2.14.1+cpu, threads 1, cpu AVX2, platform Linux-6.1-x86_64."
     assert machine in text
     assert "old" not in text
 
