@@ -28,13 +28,9 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from fedhet.core.spec import Spec, parse_spec
-from fedhet.data.clients import ClientData
-from fedhet.data.datasets import load_dataset
-from fedhet.data.partition import make_partition
+from fedhet.core.spec import parse_spec
 from fedhet.engine.client_executors import VectorizedExecutor
-from fedhet.engine.loop import Checkpoints, Engine, sample_holders
-from fedhet.engine.setup import TrainSetup
+from fedhet.engine.loop import Engine, sample_holders
 from fedhet.engine.trainer import ClientJob, ClientResult
 from fedhet.models import num_parameters
 
@@ -69,19 +65,6 @@ def spec_of(arch: str, clients: str = "sequential") -> dict:
     }
 
 
-def make_engine(arch: str, folder: Path) -> Engine:
-    spec: Spec = parse_spec(spec_of(arch))
-    ds = load_dataset("fmnist")
-    part = make_partition(spec.partition, ds.train_y.numpy(), ds.num_classes, spec.seed)
-    clients = [
-        ClientData(cid, ds.train_x[index], ds.train_y[index])
-        for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
-    ]
-    setup = TrainSetup(spec, ds, clients, torch.device("cpu"))
-    trainer = spec.algorithm.trainer_class()(spec.algorithm, setup)
-    return Engine(trainer, setup, Checkpoints(folder, setup.device), 1000)
-
-
 class Round:
     """One round's jobs, rebuilt fresh (new generators) for every timed run."""
 
@@ -114,7 +97,7 @@ class Round:
 def time_rounds(arch: str, rounds: int) -> dict[str, float]:
     """Seconds a round of each way to train the clients, and the largest state difference."""
     with tempfile.TemporaryDirectory() as folder:
-        engine = make_engine(arch, Path(folder))
+        engine = Engine.from_spec(parse_spec(spec_of(arch)), Path(folder))
         timed = [Round(engine, r) for r in range(rounds)]
         samples = sum(engine.setup.clients[c].n for r in timed for c in r.sampled) / rounds
         print(

@@ -9,12 +9,14 @@ ends in the flat penultimate features, so every stage name is a valid split poin
 from __future__ import annotations
 
 from collections import OrderedDict
+from importlib import import_module
 
 import torch
 from torch import nn
 
 from fedhet.core import architectures as arch
-from fedhet.core.errors import InputError
+from fedhet.core.errors import InputError, RunError
+from fedhet.core.model_config import ModelConfig
 from fedhet.core.spec import ModelSpec
 
 
@@ -134,9 +136,10 @@ def _check_input(spec: ModelSpec, described: arch.Architecture, shape: tuple[int
 
 
 def build_model(
-    spec: ModelSpec, in_shape: tuple[int, int, int], num_classes: int, seed: int
+    spec: ModelConfig, in_shape: tuple[int, int, int], num_classes: int, seed: int
 ) -> FedModel:
-    """The model `spec` describes for (channels, height, width) inputs, initialized from `seed`.
+    """The model `spec` describes for (channels, height, width) inputs, initialized from `seed`
+    (a plug-in's by its builder, fedhet.core.model_config).
 
     The global torch RNG is forked around construction, so it is left exactly as it was.
     """
@@ -144,6 +147,8 @@ def build_model(
         raise InputError(f"model input shape must be (channels, height, width), got {in_shape}")
     if num_classes < 1:
         raise InputError(f"model needs at least 1 output class, got num_classes={num_classes}")
+    if spec.builder is not None:
+        return _plugin_model(spec, in_shape, num_classes, seed)
     described = arch.describe(spec, in_shape, num_classes)
     _check_input(spec, described, in_shape)
     with torch.random.fork_rng(devices=[]):
@@ -151,6 +156,25 @@ def build_model(
         stages = OrderedDict((stage.name, _stage(stage.layers)) for stage in described.stages)
         features = nn.Sequential(stages)  # built before the head: the seeded order of init
         return FedModel(features, _linear(described.head))
+
+
+def _plugin_model(
+    spec: ModelConfig, in_shape: tuple[int, int, int], num_classes: int, seed: int
+) -> FedModel:
+    module, _, function = spec.builder.partition(":")
+    try:
+        build = getattr(import_module(module), function)
+    except Exception as err:  # a plug-in's code failing to import is the plug-in's failure
+        raise RunError(f"model.arch {spec.arch}: cannot import {spec.builder}: {err}") from err
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        features, head = build(spec, in_shape, num_classes)
+    if not (isinstance(features, nn.Module) and isinstance(head, nn.Linear)):
+        raise RunError(
+            f"model.arch {spec.arch}: {spec.builder} must return (features, head), an "
+            "nn.Module and an nn.Linear"
+        )
+    return FedModel(nn.Sequential(OrderedDict(features=features)), head)
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -11,49 +11,35 @@ import torch
 import torch.nn.functional as F
 
 from fedhet.core.rng import torch_generator
-from fedhet.core.spec import parse_spec
-from fedhet.data.clients import ClientData
+from fedhet.core.spec import Spec, parse_spec
 from fedhet.data.datasets import load_dataset
-from fedhet.data.partition import make_partition
 from fedhet.engine.local import effective_steps
 from fedhet.engine.loop import Engine, evaluate
-from fedhet.engine.run_format import Checkpoints, RunState
+from fedhet.engine.run_format import RunState
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.trainer import Trainer
 from fedhet.models import build_model
 
 torch.set_num_threads(1)
-CPU = torch.device("cpu")
 DIGITS = load_dataset("digits")
 FEDERATION = {"rounds": 3, "batch_size": 64, "lr": 0.05}
 
 
-def make_setup(algorithm: dict, **sections) -> TrainSetup:
+def make_spec(algorithm: dict, **sections) -> Spec:
     raw = {
         "seed": 1,
         "partition": {"scheme": "dirichlet", "clients": 5, "alpha": 0.3},
         "model": {"arch": "mlp", "hidden": [16]},
         "federation": FEDERATION,
         "algorithm": algorithm,
-        "runtime": {"progress": False},
+        "runtime": {"progress": False, "checkpoint_every": 1000},
         **sections,
     }
-    spec = parse_spec(raw)
-    part = make_partition(spec.partition, DIGITS.train_y.numpy(), DIGITS.num_classes, spec.seed)
-    clients = [
-        ClientData(cid, DIGITS.train_x[index], DIGITS.train_y[index])
-        for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
-    ]
-    return TrainSetup(spec, DIGITS, clients, CPU)
-
-
-def make_engine(setup: TrainSetup, folder: Path, algorithm=None) -> Engine:
-    algo = (algorithm or setup.spec.algorithm.trainer_class())(setup.spec.algorithm, setup)
-    return Engine(algo, setup, Checkpoints(folder, CPU), 1000)
+    return parse_spec(raw)
 
 
 def run(folder: Path, algorithm: dict, **sections) -> RunState:
-    return make_engine(make_setup(algorithm, **sections), folder).run()
+    return Engine.from_spec(make_spec(algorithm, **sections), folder).run()
 
 
 def flat(state: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -77,12 +63,13 @@ def test_fedprox_local_steps_follow_the_proximal_gradient(tmp_path):
     """One client: each step is w <- w - lr (grad CE + mu (w - w_global))."""
     mu, steps = 2.0, 5
     federation = {"rounds": 1, "batch_size": 128, "lr": 0.1, "local_steps": steps}
-    setup = make_setup(
+    spec = make_spec(
         {"name": "fedprox", "mu": mu},
         partition={"scheme": "iid", "clients": 1},
         federation=federation,
     )
-    state = make_engine(setup, tmp_path).run()
+    engine = Engine.from_spec(spec, tmp_path)
+    setup, state = engine.setup, engine.run()
     model = build_model(setup.spec.model, DIGITS.shape, DIGITS.num_classes, setup.spec.seed)
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     client, gen = setup.clients[0], torch_generator(setup.spec.seed, "local", 0, 0)
@@ -119,8 +106,8 @@ class RecordingFedAvg(Trainer):
 def test_fednova_with_unequal_steps_rescales_normalized_updates(tmp_path):
     """x <- x - tau_eff sum_i p_i (x - y_i) / a_i, a_i from the momentum (Wang et al. 2020)."""
     federation = {**MOMENTUM, "rounds": 1}  # one local epoch: steps grow with client size
-    setup = make_setup({"name": "fedavg"}, federation=federation)
-    engine = make_engine(setup, tmp_path / "a", RecordingFedAvg)
+    spec = make_spec({"name": "fedavg"}, federation=federation)
+    engine = Engine.from_spec(spec, tmp_path / "a", trainer=RecordingFedAvg)
     fedavg = engine.run()
     x, results, p = engine.algorithm.last
     steps = [r.stats.steps for r in results]
@@ -145,12 +132,11 @@ def test_fednova_with_unequal_steps_rescales_normalized_updates(tmp_path):
 
 def scaffold_rounds(folder: Path, federation: dict):
     """Yield (setup, state) after each round of a SCAFFOLD run."""
-    setup = make_setup({"name": "scaffold"}, federation=federation)
-    engine = make_engine(setup, folder)
+    engine = Engine.from_spec(make_spec({"name": "scaffold"}, federation=federation), folder)
     state = engine.initial_state()
     for rnd in range(federation["rounds"]):
         engine.run_round(rnd, state)
-        yield setup, state
+        yield engine.setup, state
 
 
 def weighted_controls(setup: TrainSetup, state: RunState) -> dict[str, torch.Tensor]:
@@ -198,9 +184,8 @@ def test_scaffold_client_control_is_the_clients_gradient(tmp_path, momentum):
             "momentum": momentum,
         },
     }
-    setup = make_setup({"name": "scaffold"}, **sections)
-    engine = make_engine(setup, tmp_path)
-    state = engine.initial_state()
+    engine = Engine.from_spec(make_spec({"name": "scaffold"}, **sections), tmp_path)
+    setup, state = engine.setup, engine.initial_state()
     start = {k: v.clone() for k, v in state.global_state.items()}
     engine.run_round(0, state)
     for client in setup.clients:
@@ -230,8 +215,8 @@ def test_scaffold_correction_forms_under_momentum(tmp_path, correction, steps_of
     final = {}
     algorithms = {"fedavg": {}, "scaffold": {"correction": correction}}
     for name, options in algorithms.items():
-        setup = make_setup({"name": name, **options}, **ONE_CLIENT_TWO_STEPS)
-        engine = make_engine(setup, tmp_path / name)
+        spec = make_spec({"name": name, **options}, **ONE_CLIENT_TWO_STEPS)
+        engine = Engine.from_spec(spec, tmp_path / name)
         state = engine.initial_state()
         for value in state.server_state.values():
             value.fill_(0.5)
@@ -245,9 +230,9 @@ def test_scaffold_correction_forms_under_momentum(tmp_path, correction, steps_of
 def test_scaffold_after_step_estimates_c_i_over_k_lr_as_the_authors(tmp_path):
     """The authors' c_i+ = c_i - c + (x - y_i) / (K lr): under momentum it is the gradient times
     the momentum's displacement factor a / K (fedhet's default form divides by a instead)."""
-    setup = make_setup({"name": "scaffold", "correction": "after_step"}, **ONE_CLIENT_TWO_STEPS)
-    engine = make_engine(setup, tmp_path)
-    state = engine.initial_state()
+    spec = make_spec({"name": "scaffold", "correction": "after_step"}, **ONE_CLIENT_TWO_STEPS)
+    engine = Engine.from_spec(spec, tmp_path)
+    setup, state = engine.setup, engine.initial_state()
     start = {k: v.clone() for k, v in state.global_state.items()}
     engine.run_round(0, state)
     engine.model.load_state_dict(start)
@@ -271,8 +256,7 @@ def test_scaffold_beats_fedavg_on_convex_one_class_per_client(tmp_path):
     }
     losses = {}
     for name in ("fedavg", "scaffold"):
-        setup = make_setup({"name": name}, **sections)
-        engine = make_engine(setup, tmp_path / name)
+        engine = Engine.from_spec(make_spec({"name": name}, **sections), tmp_path / name)
         engine.model.load_state_dict(engine.run().global_state)
         losses[name] = evaluate(engine.model, DIGITS.train_x, DIGITS.train_y)[1]
     assert losses["scaffold"] < 0.75 * losses["fedavg"], losses
@@ -283,7 +267,7 @@ def test_an_algorithm_revision_changes_only_its_own_keys(monkeypatch):
     from fedhet.methods.scaffold.config import ScaffoldConfig
 
     def key(name: str) -> str:
-        return train_node(make_setup({"name": name}).spec).key
+        return train_node(make_spec({"name": name})).key
 
     before = {name: key(name) for name in ("fedavg", "scaffold")}
     monkeypatch.setattr(ScaffoldConfig, "revision", ScaffoldConfig.revision + 1)

@@ -90,7 +90,7 @@ def test_a_vectorized_run_lands_within_the_seed_spread_of_sequential_runs(tmp_pa
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({"algorithm": {"name": "scaffold", "correction": "after_step"}}, "no vectorized form"),
+        ({"algorithm": {"name": "fedimpro"}}, "fedimpro trains its clients its own way"),
         (
             {
                 "model": {"arch": "mlp", "hidden": [16], "norm": "batch"},

@@ -5,16 +5,11 @@ checkpoint writes only the clients touched since the previous one, however many 
 from __future__ import annotations
 
 import pytest
-import torch
 import zarr
 
 from fedhet.core.spec import parse_spec
 from fedhet.data import datasets
-from fedhet.data.clients import ClientData
-from fedhet.data.partition import make_partition
-from fedhet.engine.client_executors import VectorizedExecutor
 from fedhet.engine.loop import Checkpoints, Engine
-from fedhet.engine.setup import TrainSetup
 
 CLIENTS, PER_ROUND, ROUNDS = 10_000, 100, 5
 
@@ -34,18 +29,9 @@ def test_ten_thousand_clients_train_and_checkpoints_cost_the_clients_touched(tmp
             "runtime": {"device": "cpu", "progress": False, "clients": "vectorized"},
         }
     )
-    ds = datasets.load_dataset("fmnist")
-    part = make_partition(spec.partition, ds.train_y.numpy(), ds.num_classes, spec.seed)
-    clients = [
-        ClientData(cid, ds.train_x[index], ds.train_y[index])
-        for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
-    ]
+    engine = Engine.from_spec(spec, tmp_path)
+    clients, checkpoints, executor = engine.setup.clients, engine.checkpoints, engine.executor
     assert len(clients) == CLIENTS and {c.n for c in clients} == {6}
-    setup = TrainSetup(spec, ds, clients, torch.device("cpu"))
-    trainer = spec.algorithm.trainer_class()(spec.algorithm, setup)
-    executor = VectorizedExecutor(trainer, setup.device, print)
-    checkpoints = Checkpoints(tmp_path)
-    engine = Engine(trainer, setup, checkpoints, 1, executor=executor)
     state = engine.initial_state()
     written: list[int] = []  # clients in each checkpoint's new delta
     for rnd in range(ROUNDS):

@@ -25,14 +25,11 @@ from fedhet.core.store import ArtifactStore
 from fedhet.data.partition_plan import partition_node
 from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Engine, sample_clients, sample_holders
-from fedhet.engine.run_format import Checkpoints
-from fedhet.engine.setup import build_setup
 from fedhet.execution.planning import runs_of
 from fedhet.execution.results import execute, stored_metrics
 from fedhet.reports.evaluation import evaluate_run
 
 torch.set_num_threads(1)
-CPU = torch.device("cpu")
 CLIENTS, EMPTY, HELD = 20, [16, 18], 1438  # HELD: digits' training samples, all dealt
 BASE = {
     "name": "empty-clients",
@@ -103,17 +100,16 @@ def engine_for(
     appended to the returned list as they train."""
     federation = {**BASE["federation"], **federation}
     spec = parse_spec(spec_data({"name": algorithm}, federation=federation))
-    setup = build_setup(spec, ensure(partition_node(spec), RunContext(spec, store)))
-    algorithm = spec.algorithm.trainer_class()(spec.algorithm, setup)
+    engine = Engine.from_spec(spec, folder, ensure(partition_node(spec), RunContext(spec, store)))
     trained: list[int] = []
-    client_update = algorithm.client_update
+    client_update = engine.algorithm.client_update
 
     def recording(job):
         trained.append(job.client.id)
         return client_update(job)
 
-    algorithm.client_update = recording
-    return Engine(algorithm, setup, Checkpoints(folder, CPU), 1000), trained
+    engine.algorithm.client_update = recording
+    return engine, trained
 
 
 def test_the_partition_has_empty_clients(store):

@@ -15,12 +15,9 @@ import torch.nn.functional as F
 from fedhet.core.errors import RunError
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec, parse_spec
-from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
-from fedhet.data.partition import make_partition
 from fedhet.engine import tensors
 from fedhet.engine.loop import Checkpoints, Engine, RunState, sample_clients
-from fedhet.engine.setup import TrainSetup
 from fedhet.engine.trainer import Trainer
 from fedhet.methods.centralized.algorithm import Centralized
 from fedhet.methods.scaffold.algorithm import Scaffold
@@ -31,32 +28,17 @@ CPU = torch.device("cpu")
 DIGITS = load_dataset("digits")
 
 
-def make_setup(**sections) -> TrainSetup:
+def make_spec(checkpoint_every: int = 1000, **sections) -> Spec:
     """A run on digits with a small MLP; `sections` override parts of the spec."""
     raw = {
         "seed": 3,
         "partition": {"scheme": "dirichlet", "clients": 6, "alpha": 0.5},
         "model": {"arch": "mlp", "hidden": [16]},
         "federation": {"rounds": 3, "batch_size": 64, "lr": 0.05},
-        "runtime": {"progress": False},
+        "runtime": {"progress": False, "checkpoint_every": checkpoint_every},
         **sections,
     }
-    spec = parse_spec(raw)
-    labels = DIGITS.train_y.numpy()
-    part = make_partition(spec.partition, labels, DIGITS.num_classes, spec.seed)
-    clients = [
-        ClientData(cid, DIGITS.train_x[index], DIGITS.train_y[index])
-        for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
-    ]
-    return TrainSetup(spec, DIGITS, clients, CPU)
-
-
-def make_engine(
-    setup: TrainSetup, folder: Path, algorithm: type[Trainer] | None = None, **engine_args
-) -> Engine:
-    algo = (algorithm or setup.spec.algorithm.trainer_class())(setup.spec.algorithm, setup)
-    checkpoint_every = engine_args.pop("checkpoint_every", 1000)
-    return Engine(algo, setup, Checkpoints(folder, CPU), checkpoint_every, **engine_args)
+    return parse_spec(raw)
 
 
 def comparable(metrics: dict[str, list[float]]) -> dict[str, list[float]]:
@@ -103,7 +85,7 @@ def reference_sgd(spec: Spec, x: torch.Tensor, y: torch.Tensor, steps: int) -> d
 
 @pytest.mark.parametrize("local", [{"local_steps": 9}, {"local_epochs": 2}])
 def test_one_client_fedavg_is_plain_sgd(tmp_path, local):
-    setup = make_setup(
+    spec = make_spec(
         partition={"scheme": "iid", "clients": 1},
         federation={
             "rounds": 3,
@@ -114,7 +96,8 @@ def test_one_client_fedavg_is_plain_sgd(tmp_path, local):
             **local,
         },
     )
-    state = make_engine(setup, tmp_path).run()
+    engine = Engine.from_spec(spec, tmp_path)
+    setup, state = engine.setup, engine.run()
     client = setup.clients[0]
     # 1437 samples in batches of 256 give 6 batches per epoch; 9 steps cross an epoch boundary
     steps = local.get("local_steps") or 2 * math.ceil(client.n / 256)
@@ -163,9 +146,9 @@ class RecordingFedAvg(Trainer):
 
 @pytest.mark.parametrize("participation", [{"clients_per_round": 3}, {"fraction": 0.5}])
 def test_rounds_sample_the_spec_clients_and_weight_them_by_size(tmp_path, participation):
-    setup = make_setup(federation={"rounds": 4, "batch_size": 64, "lr": 0.05, **participation})
-    engine = make_engine(setup, tmp_path, RecordingFedAvg)
-    state = engine.run()
+    spec = make_spec(federation={"rounds": 4, "batch_size": 64, "lr": 0.05, **participation})
+    engine = Engine.from_spec(spec, tmp_path, trainer=RecordingFedAvg)
+    setup, state = engine.setup, engine.run()
     sizes = np.array(setup.sizes, dtype=float)
     for rnd, call in enumerate(engine.algorithm.calls):
         assert call["clients"] == sample_clients(setup.spec.seed, rnd, 6, 3)
@@ -208,11 +191,11 @@ def counting_batches(base: type[Trainer]) -> type[Trainer]:
 def test_centralized_processes_as_many_samples_as_a_full_fedavg_round(tmp_path, epochs):
     counts = {}
     for name, base in [("fedavg", Trainer), ("centralized", Centralized)]:
-        setup = make_setup(
+        spec = make_spec(
             algorithm={"name": name},
             federation={"rounds": 2, "batch_size": 64, "lr": 0.05, "local_epochs": epochs},
         )
-        engine = make_engine(setup, tmp_path / name, counting_batches(base))
+        engine = Engine.from_spec(spec, tmp_path / name, trainer=counting_batches(base))
         engine.run()
         counts[name] = dict(engine.algorithm.samples)
     total = len(DIGITS.train_y)
@@ -224,27 +207,27 @@ def test_centralized_processes_as_many_samples_as_a_full_fedavg_round(tmp_path, 
 
 @pytest.mark.parametrize(("algorithm", "factor"), [("fedavg", 1), ("scaffold", 2)])
 def test_bytes_are_the_parameters_times_4_per_sampled_client(tmp_path, algorithm, factor):
-    setup = make_setup(
+    spec = make_spec(
         algorithm={"name": algorithm},
         federation={"rounds": 2, "clients_per_round": 3, "batch_size": 64, "lr": 0.05},
     )
-    state = make_engine(setup, tmp_path).run()
-    model = build_model(setup.spec.model, DIGITS.shape, DIGITS.num_classes, 0)
+    state = Engine.from_spec(spec, tmp_path).run()
+    model = build_model(spec.model, DIGITS.shape, DIGITS.num_classes, 0)
     expected = factor * num_parameters(model) * 4 * 3  # SCAFFOLD also sends control variates
     assert state.metrics["bytes_down"] == [expected, expected]
     assert state.metrics["bytes_up"] == [expected, expected]
 
 
 def test_centralized_sends_nothing(tmp_path):
-    setup = make_setup(algorithm={"name": "centralized"}, federation={"rounds": 1})
-    state = make_engine(setup, tmp_path).run()
+    spec = make_spec(algorithm={"name": "centralized"}, federation={"rounds": 1})
+    state = Engine.from_spec(spec, tmp_path).run()
     assert state.metrics["bytes_down"] == state.metrics["bytes_up"] == [0.0]
     assert state.metrics["comm_rounds"] == [0.0]
 
 
 def test_evaluation_runs_every_n_rounds_and_at_the_last(tmp_path):
-    setup = make_setup(federation={"rounds": 5}, eval={"every": 2})
-    metrics = make_engine(setup, tmp_path).run().metrics
+    spec = make_spec(federation={"rounds": 5}, eval={"every": 2})
+    metrics = Engine.from_spec(spec, tmp_path).run().metrics
     evaluated = [not math.isnan(a) for a in metrics["test_accuracy"]]
     assert evaluated == [False, True, False, True, True]
     assert all(0 < a <= 1 for a, e in zip(metrics["test_accuracy"], evaluated, strict=True) if e)
@@ -266,11 +249,11 @@ RESUMABLE = {
 
 
 def test_the_same_spec_gives_bit_identical_runs(tmp_path):
-    first = make_engine(make_setup(**RESUMABLE), tmp_path / "a").run()
-    second = make_engine(make_setup(**RESUMABLE), tmp_path / "b").run()
+    first = Engine.from_spec(make_spec(**RESUMABLE), tmp_path / "a").run()
+    second = Engine.from_spec(make_spec(**RESUMABLE), tmp_path / "b").run()
     assert comparable(first.metrics) == comparable(second.metrics)
     assert_states_equal(first.global_state, second.global_state)
-    other = make_engine(make_setup(**{**RESUMABLE, "seed": 4}), tmp_path / "c").run()
+    other = Engine.from_spec(make_spec(**{**RESUMABLE, "seed": 4}), tmp_path / "c").run()
     assert comparable(other.metrics) != comparable(first.metrics)
 
 
@@ -286,9 +269,10 @@ class LastToFirst:
 
 
 def test_results_do_not_depend_on_the_order_the_executor_trains_clients_in(tmp_path):
-    sequential = make_engine(make_setup(**RESUMABLE), tmp_path / "a").run()
-    executor = LastToFirst()
-    reordered = make_engine(make_setup(**RESUMABLE), tmp_path / "b", executor=executor).run()
+    sequential = Engine.from_spec(make_spec(**RESUMABLE), tmp_path / "a").run()
+    engine = Engine.from_spec(make_spec(**RESUMABLE), tmp_path / "b")
+    engine.executor = executor = LastToFirst()
+    reordered = engine.run()
     assert len(executor.rounds) == RESUMABLE["federation"]["rounds"]
     assert all(len(clients) == 3 for clients in executor.rounds)  # every round went through it
     assert comparable(reordered.metrics) == comparable(sequential.metrics)
@@ -306,8 +290,8 @@ def interrupted_and_resumed(
     fields: dict, tmp_path: Path
 ) -> tuple[RunState, RunState | None, RunState]:
     """(the uninterrupted run, the checkpoint left by the run stopped in round 3, that run
-    resumed from it) of the spec `make_setup(**fields)`, checkpointing every 2 rounds."""
-    reference = make_engine(make_setup(**fields), tmp_path / "reference").run()
+    resumed from it) of the spec `make_spec(**fields)`, checkpointing every 2 rounds."""
+    reference = Engine.from_spec(make_spec(**fields), tmp_path / "reference").run()
 
     def stop_in_round_3(rnd, row):
         if rnd == 2:
@@ -315,11 +299,9 @@ def interrupted_and_resumed(
 
     folder = tmp_path / "interrupted"
     with pytest.raises(Interrupt):
-        make_engine(
-            make_setup(**fields), folder, checkpoint_every=2, on_round=stop_in_round_3
-        ).run()
+        Engine.from_spec(make_spec(2, **fields), folder, on_round=stop_in_round_3).run()
     saved = Checkpoints(folder, CPU).latest()
-    return reference, saved, make_engine(make_setup(**fields), folder, checkpoint_every=2).run()
+    return reference, saved, Engine.from_spec(make_spec(2, **fields), folder).run()
 
 
 def test_a_run_resumed_from_its_checkpoint_equals_an_uninterrupted_run(tmp_path):
@@ -338,6 +320,8 @@ def test_a_run_resumed_from_its_checkpoint_equals_an_uninterrupted_run(tmp_path)
 class PoisonedScaffold(Scaffold):
     """SCAFFOLD whose last client's loss turns NaN in round 3 (after the others trained)."""
 
+    vectorizable = False
+
     def local_loss(self, job, model, x, y):
         loss = super().local_loss(job, model, x, y)
         if job.round == 2 and job.client.id == len(self.setup.clients) - 1:
@@ -354,14 +338,13 @@ def test_divergence_names_round_and_client_and_keeps_the_state_before_the_round(
         "algorithm": {"name": "scaffold"},
         "federation": {"rounds": 4, "batch_size": 64, "lr": 0.05},
     }
-    before = make_engine(
-        make_setup(**{**sections, "federation": {**sections["federation"], "rounds": 2}}),
+    before = Engine.from_spec(
+        make_spec(**{**sections, "federation": {**sections["federation"], "rounds": 2}}),
         tmp_path / "two-rounds",
     ).run()
     folder = tmp_path / "diverging"
-    engine = make_engine(
-        make_setup(**sections), folder, PoisonedScaffold, checkpoint_every=checkpoint_every
-    )
+    spec = make_spec(checkpoint_every, **sections)
+    engine = Engine.from_spec(spec, folder, trainer=PoisonedScaffold)
     with pytest.raises(RunError) as failure:
         engine.run()
     message = str(failure.value)

@@ -14,7 +14,6 @@ from fedhet.core.rng import torch_generator
 from fedhet.core.spec import FederationSpec, ModelSpec, parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.engine.loop import Engine
-from fedhet.engine.run_format import Checkpoints
 from fedhet.engine.setup import build_setup
 from fedhet.engine.system import num_local_steps
 from fedhet.engine.trainer import ClientJob, Trainer
@@ -349,13 +348,15 @@ def test_refresh_draws_a_new_pseudo_batch_each_round(tmp_path):
 
 def test_resume_from_a_checkpoint_equals_an_uninterrupted_run(tmp_path):
     spec = make_spec(
-        algorithm={"name": "fedbr", "pseudo": {"size": 6, "subset": 5, "kind": "mixture"}}
+        algorithm={"name": "fedbr", "pseudo": {"size": 6, "subset": 5, "kind": "mixture"}},
+        runtime={"checkpoint_every": 1},
     )
-    setup = setup_with_pseudo(spec, tmp_path)
+    ctx, node = context(spec, tmp_path), plan(spec)
+    partition, pseudo = (ensure(node.upstream[role], ctx) for role in ("partition", "pseudo"))
     folder = tmp_path / "partial"
-    straight = Engine(FedBR(spec.algorithm, setup), setup, Checkpoints(folder, "cpu"), 1).run()
+    straight = Engine.from_spec(spec, folder, partition, extras={"pseudo": pseudo}).run()
     assert sorted(p.name for p in folder.glob("ckpt-*")) == ["ckpt-000001.zarr"]
-    resumed = Engine(FedBR(spec.algorithm, setup), setup, Checkpoints(folder, "cpu"), 1).run()
+    resumed = Engine.from_spec(spec, folder, partition, extras={"pseudo": pseudo}).run()
     for name, value in straight.global_state.items():
         assert torch.equal(resumed.global_state[name], value)
     assert straight.metrics["bytes_down"][0] > straight.metrics["bytes_down"][1]

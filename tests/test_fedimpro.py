@@ -13,13 +13,13 @@ import torch.nn.functional as F
 from conftest import TINY_SPEC, write_spec
 
 from fedhet.cli import main
-from fedhet.core.spec import ModelSpec, parse_spec
+from fedhet.core.spec import ModelSpec, Spec, parse_spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
 from fedhet.engine import tensors
-from fedhet.engine.loop import Checkpoints, Engine, sample_clients
-from fedhet.engine.setup import TrainSetup
+from fedhet.engine.loop import Engine, sample_clients
+from fedhet.engine.setup import build_setup
 from fedhet.methods.fedimpro import objective
 from fedhet.methods.fedimpro.algorithm import MEAN, VAR, FedImpro, resolve_split
 from fedhet.methods.fedimpro.dissimilarity import decoupled_cgv
@@ -243,34 +243,21 @@ def test_official_objective_adds_the_weighted_sampled_gradient_to_the_plain_one(
 # --- the algorithm in the engine ---------------------------------------------------------
 
 
-def digits_setup(algorithm: dict, rounds: int = 2) -> TrainSetup:
-    spec = parse_spec(
+def digits_spec(algorithm: dict, rounds: int = 2) -> Spec:
+    return parse_spec(
         {
             "data": {"dataset": "digits"},
             "partition": {"scheme": "dirichlet", "clients": 4, "alpha": 0.3},
             "model": {"arch": "simple_cnn", "channels": [4, 8], "fc_width": 16},
             "federation": {"rounds": rounds, "clients_per_round": 3, "local_steps": 5, "lr": 0.05},
             "algorithm": algorithm,
-            "runtime": {"progress": False},
+            "runtime": {"progress": False, "checkpoint_every": 1},
         }
     )
-    ds = load_dataset("digits")
-    part = make_partition(spec.partition, ds.train_y.numpy(), ds.num_classes, spec.seed)
-    clients = [
-        ClientData(i, ds.train_x[torch.from_numpy(idx)], ds.train_y[torch.from_numpy(idx)])
-        for i, idx in enumerate(part.client_indices)
-    ]
-    return TrainSetup(spec, ds, clients, torch.device("cpu"))
-
-
-def make_engine(algorithm: dict, folder, rounds: int = 2) -> Engine:
-    setup = digits_setup(algorithm, rounds)
-    algo = setup.spec.algorithm.trainer_class()(setup.spec.algorithm, setup)
-    return Engine(algo, setup, Checkpoints(folder, setup.device), checkpoint_every=1)
 
 
 def test_defaults_are_the_authors_objective_ramp_and_std_clip():
-    config = digits_setup({"name": "fedimpro"}).spec.algorithm
+    config = digits_spec({"name": "fedimpro"}).algorithm
     assert (config.objective, config.weight, config.std_clip) == ("official", 1.0, 0.1)
     assert (config.ramp_rounds, config.ramp) == (500, None)
 
@@ -286,17 +273,17 @@ def test_defaults_are_the_authors_objective_ramp_and_std_clip():
     ],
 )
 def test_sampled_weight_rises_linearly_and_uncapped(options, rounds, expected):
-    setup = digits_setup({"name": "fedimpro", **options}, rounds)
+    setup = build_setup(digits_spec({"name": "fedimpro", **options}, rounds))
     algo = FedImpro(setup.spec.algorithm, setup)
     got = [algo.sampled_weight(t) for t in (0, 1, rounds // 2, rounds - 1)]
     assert got == pytest.approx(expected)
 
 
 def test_a_fractional_ramp_replaces_the_default_ramp_rounds_and_only_it_depends_on_the_total():
-    spec = digits_setup({"name": "fedimpro", "ramp": 0.5}, 4).spec
+    spec = digits_spec({"name": "fedimpro", "ramp": 0.5}, 4)
     assert spec.algorithm.ramp_rounds is None
     assert not spec.algorithm.extendable(spec, 2)
-    spec = digits_setup({"name": "fedimpro"}, 4).spec
+    spec = digits_spec({"name": "fedimpro"}, 4)
     assert spec.algorithm.extendable(spec, 2)
 
 
@@ -322,7 +309,7 @@ def test_conflicting_ramp_or_rate_options_are_one_line_errors(
 
 @pytest.mark.parametrize(("source", "centre"), [("global", 0.0), ("client", 50.0)])
 def test_sampled_features_come_from_the_chosen_statistics(source, centre, monkeypatch):
-    setup = digits_setup({"name": "fedimpro", "ramp": 0, "sample_from": source}, 1)
+    setup = build_setup(digits_spec({"name": "fedimpro", "ramp": 0, "sample_from": source}, 1))
     algo = FedImpro(setup.spec.algorithm, setup)
     model = algo.build_model()
     dim = math.prod(algo.feature_shape)
@@ -347,14 +334,14 @@ def test_sampled_features_come_from_the_chosen_statistics(source, centre, monkey
 
 
 def test_weight_zero_is_exactly_fedavg(tmp_path):
-    imp = make_engine({"name": "fedimpro", "weight": 0.0}, tmp_path / "a").run()
-    avg = make_engine({"name": "fedavg"}, tmp_path / "b").run()
+    imp = Engine.from_spec(digits_spec({"name": "fedimpro", "weight": 0.0}), tmp_path / "a").run()
+    avg = Engine.from_spec(digits_spec({"name": "fedavg"}), tmp_path / "b").run()
     for name, value in avg.global_state.items():
         assert torch.equal(imp.global_state[name], value), name
 
 
 def test_round_aggregates_the_uploads_and_counts_the_statistics(tmp_path):
-    engine = make_engine({"name": "fedimpro", "split": "conv1"}, tmp_path, rounds=1)
+    engine = Engine.from_spec(digits_spec({"name": "fedimpro", "split": "conv1"}, 1), tmp_path)
     algo = engine.algorithm
     assert algo.feature_shape == (4, 4, 4)
     # Replay the round's client updates by hand, then run the round itself.
@@ -378,13 +365,13 @@ def test_round_aggregates_the_uploads_and_counts_the_statistics(tmp_path):
 
 def test_resume_from_a_checkpoint_is_exact(tmp_path):
     algorithm = {"name": "fedimpro", "noise_std": 0.01}
-    straight = make_engine(algorithm, tmp_path / "straight", rounds=3).run()
-    interrupted = make_engine(algorithm, tmp_path / "resumed", rounds=3)
+    straight = Engine.from_spec(digits_spec(algorithm, 3), tmp_path / "straight").run()
+    interrupted = Engine.from_spec(digits_spec(algorithm, 3), tmp_path / "resumed")
     state = interrupted.initial_state()
     interrupted.run_round(0, state)
     state.round = 1
     interrupted.checkpoints.save(state)
-    resumed = make_engine(algorithm, tmp_path / "resumed", rounds=3).run()
+    resumed = Engine.from_spec(digits_spec(algorithm, 3), tmp_path / "resumed").run()
     for name, value in straight.global_state.items():
         assert torch.equal(resumed.global_state[name], value), name
     for name, value in straight.server_state.items():

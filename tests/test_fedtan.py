@@ -8,6 +8,7 @@ SiloBN keep on the clients, communication accounting, determinism and resume.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -17,15 +18,14 @@ from torch import Tensor, nn
 
 from fedhet.core.errors import InputError
 from fedhet.core.rng import torch_generator
-from fedhet.core.spec import parse_spec
-from fedhet.data.clients import ClientData
+from fedhet.core.spec import Spec, parse_spec
 from fedhet.data.datasets import load_dataset
-from fedhet.data.partition import make_partition
+from fedhet.data.partition import Partition
+from fedhet.data.partition_stage import spec_partition
 from fedhet.engine import tensors
 from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Engine, evaluate
-from fedhet.engine.run_format import METRICS, Checkpoints, RunState
-from fedhet.engine.setup import TrainSetup
+from fedhet.engine.run_format import METRICS, RunState
 from fedhet.methods.fedtan.algorithms import bn_state_names
 
 torch.set_num_threads(1)
@@ -34,17 +34,11 @@ CLIENTS = 4
 DIGITS = load_dataset("digits")
 
 
-def make_engine(
-    algorithm: dict,
-    folder,
-    rounds: int = 2,
-    local_steps: int = 3,
-    model: dict | None = None,
-    equal_sizes: bool = False,
-    dtype: torch.dtype = torch.float32,
-) -> Engine:
+def fedtan_spec(
+    algorithm: dict, rounds: int = 2, local_steps: int = 3, model: dict | None = None
+) -> Spec:
     """Digits, 4 clients owning 3 label-sorted classes each (non-iid), all participating."""
-    spec = parse_spec(
+    return parse_spec(
         {
             "data": {"dataset": "digits"},
             "partition": {
@@ -61,22 +55,16 @@ def make_engine(
                 "lr": 0.2,
             },
             "algorithm": algorithm,
-            "runtime": {"progress": False},
+            "runtime": {"progress": False, "checkpoint_every": 1},
         }
     )
-    part = make_partition(spec.partition, DIGITS.train_y.numpy(), DIGITS.num_classes, spec.seed)
-    size = min(len(idx) for idx in part.client_indices) if equal_sizes else None
-    clients = [
-        ClientData(
-            cid,
-            DIGITS.train_x[torch.from_numpy(idx[:size])].to(dtype),
-            DIGITS.train_y[torch.from_numpy(idx[:size])],
-        )
-        for cid, idx in enumerate(part.client_indices)
-    ]
-    setup = TrainSetup(spec, DIGITS, clients, torch.device("cpu"))
-    algo = spec.algorithm.trainer_class()(spec.algorithm, setup)
-    return Engine(algo, setup, Checkpoints(folder, setup.device), checkpoint_every=1)
+
+
+def equal_sizes(spec: Spec) -> Partition:
+    """The spec's partition with every client cut to the smallest one's samples."""
+    part = spec_partition(spec)
+    size = min(len(idx) for idx in part.client_indices)
+    return dataclasses.replace(part, client_indices=[idx[:size] for idx in part.client_indices])
 
 
 def weights_of(engine: Engine) -> list[float]:
@@ -136,9 +124,10 @@ def relative_error(a: dict[str, Tensor], b: dict[str, Tensor]) -> float:
 )
 def test_first_step_gradients_average_to_the_union_batch_gradient(tmp_path, model):
     """Eq. 9 at engine level: equal client sizes, so p_i is proportional to the batch sizes."""
-    engine = make_engine(
-        {"name": "fedtan"}, tmp_path, model=model, equal_sizes=True, dtype=torch.float64
-    )
+    spec = fedtan_spec({"name": "fedtan"}, model=model)
+    engine = Engine.from_spec(spec, tmp_path, equal_sizes(spec))
+    for client in engine.setup.clients:
+        client.x = client.x.double()
     global_model = engine.algorithm.build_model().double()
     state = RunState(0, snapshot(global_model), {}, {})
     jobs = engine.make_jobs(0, state, list(range(CLIENTS)))
@@ -160,7 +149,8 @@ def test_first_step_gradients_average_to_the_union_batch_gradient(tmp_path, mode
 def test_client_update_takes_the_synchronized_step_first(tmp_path):
     """One local step: the client's model is global - lr * its synchronized gradient, and its
     running statistics are torch's train-mode update on the union batch."""
-    engine = make_engine({"name": "fedtan"}, tmp_path, local_steps=1, equal_sizes=True)
+    spec = fedtan_spec({"name": "fedtan"}, local_steps=1)
+    engine = Engine.from_spec(spec, tmp_path, equal_sizes(spec))
     algo, state = engine.algorithm, engine.initial_state()
     jobs = engine.make_jobs(0, state, list(range(CLIENTS)))
     engine.model.load_state_dict(state.global_state)
@@ -182,7 +172,9 @@ def test_client_update_takes_the_synchronized_step_first(tmp_path):
 def test_forward_only_exchanges_half_and_fedtan_adds_3L_round_trips(tmp_path):
     model = {"arch": "simple_cnn", "channels": [3, 4], "fc_width": 8, "norm": "batch"}
     metrics = {
-        name: make_engine({"name": name}, tmp_path / name, rounds=1, model=model).run().metrics
+        name: Engine.from_spec(fedtan_spec({"name": name}, rounds=1, model=model), tmp_path / name)
+        .run()
+        .metrics
         for name in ["fedavg", "fedtan", "fedavg_alg2"]
     }
     channels = 3 + 4  # two BatchNorm2d layers
@@ -198,7 +190,9 @@ def test_forward_only_exchanges_half_and_fedtan_adds_3L_round_trips(tmp_path):
 
 
 def test_fedtan_ii_freezes_statistics_after_m_rounds(tmp_path):
-    engine = make_engine({"name": "fedtan_ii", "sync_rounds": 1}, tmp_path, rounds=3)
+    engine = Engine.from_spec(
+        fedtan_spec({"name": "fedtan_ii", "sync_rounds": 1}, rounds=3), tmp_path
+    )
     algo = engine.algorithm
     stats = bn_state_names(engine.model, parameters=False, statistics=True)
     state = engine.initial_state()
@@ -224,8 +218,9 @@ def test_fedtan_ii_freezes_statistics_after_m_rounds(tmp_path):
 
 
 def test_fedtan_ii_label_and_lr_after_freezing(tmp_path):
-    engine = make_engine(
-        {"name": "fedtan_ii", "sync_rounds": 1, "frozen_lr_scale": 0.5}, tmp_path, local_steps=1
+    engine = Engine.from_spec(
+        fedtan_spec({"name": "fedtan_ii", "sync_rounds": 1, "frozen_lr_scale": 0.5}, local_steps=1),
+        tmp_path,
     )
     assert engine.spec.algorithm.label() == "FedTAN-II (M=1)"
     state = engine.initial_state()
@@ -265,7 +260,7 @@ def record_starts(engine: Engine, names: frozenset[str]) -> dict[tuple[int, int]
 
 @pytest.mark.parametrize(("name", "parameters_local"), [("fedbn", True), ("silobn", False)])
 def test_bn_state_stays_on_the_clients(tmp_path, name, parameters_local):
-    engine = make_engine({"name": name}, tmp_path, rounds=2)
+    engine = Engine.from_spec(fedtan_spec({"name": name}, rounds=2), tmp_path)
     statistics = bn_state_names(engine.model, parameters=False, statistics=True)
     affine = bn_state_names(engine.model, parameters=True, statistics=False)
     local = statistics | affine if parameters_local else statistics
@@ -295,7 +290,7 @@ def test_bn_state_stays_on_the_clients(tmp_path, name, parameters_local):
 
 
 def test_fedbn_accuracy_is_the_mean_over_the_clients_models(tmp_path):
-    engine = make_engine({"name": "fedbn"}, tmp_path, rounds=1)
+    engine = Engine.from_spec(fedtan_spec({"name": "fedbn"}, rounds=1), tmp_path)
     state = engine.run()
     accuracies = []
     model = copy.deepcopy(engine.model)
@@ -310,14 +305,14 @@ def test_fedbn_accuracy_is_the_mean_over_the_clients_models(tmp_path):
 
 
 def test_fedtan_is_deterministic_and_resumes_exactly(tmp_path):
-    straight = make_engine({"name": "fedtan"}, tmp_path / "a", rounds=3).run()
-    again = make_engine({"name": "fedtan"}, tmp_path / "b", rounds=3).run()
-    interrupted = make_engine({"name": "fedtan"}, tmp_path / "c", rounds=3)
+    straight = Engine.from_spec(fedtan_spec({"name": "fedtan"}, rounds=3), tmp_path / "a").run()
+    again = Engine.from_spec(fedtan_spec({"name": "fedtan"}, rounds=3), tmp_path / "b").run()
+    interrupted = Engine.from_spec(fedtan_spec({"name": "fedtan"}, rounds=3), tmp_path / "c")
     state = interrupted.initial_state()
     interrupted.run_round(0, state)
     state.round = 1
     interrupted.checkpoints.save(state)
-    resumed = make_engine({"name": "fedtan"}, tmp_path / "c", rounds=3).run()
+    resumed = Engine.from_spec(fedtan_spec({"name": "fedtan"}, rounds=3), tmp_path / "c").run()
     for other in (again, resumed):
         for name, value in straight.global_state.items():
             assert torch.equal(other.global_state[name], value), name
@@ -327,10 +322,10 @@ def test_fedtan_is_deterministic_and_resumes_exactly(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["fedtan", "fedtan_ii", "fedavg_alg2", "fedbn", "silobn"])
-def test_bn_algorithms_reject_models_without_batch_norm(tmp_path, name):
+def test_bn_algorithms_reject_models_without_batch_norm(name):
     """Refused when the spec is validated (tests/test_validation_gate.py: before any run)."""
     with pytest.raises(InputError, match="model.norm"):
-        make_engine({"name": name}, tmp_path, model={"arch": "mlp", "hidden": [8], "norm": "group"})
+        fedtan_spec({"name": name}, model={"arch": "mlp", "hidden": [8], "norm": "group"})
 
 
 def test_labels():

@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
         ("plan", "specs/vhl_fmnist.yaml"),
         ("plan", "specs/fedbr_fmnist.yaml"),
         ("plan", "specs/fednova_fmnist.yaml"),
+        ("plan", "specs/tune_digits.yaml", "--tune"),
         ("spec", "validate", "specs/all_methods_fmnist.yaml"),
+        ("plan", "specs/synthetic.yaml"),  # a dataset plug-in, described without torch
     ],
 )
 def test_planning_commands_import_no_torch(command, tmp_path):

@@ -13,8 +13,7 @@ from test_engine import (
     assert_states_equal,
     comparable,
     interrupted_and_resumed,
-    make_engine,
-    make_setup,
+    make_spec,
     round_batches,
 )
 
@@ -22,6 +21,7 @@ from fedhet.core.spec import parse_spec
 from fedhet.engine.client_executors import client_executor
 from fedhet.engine.executor import SequentialExecutor
 from fedhet.engine.local import buffer_weight, effective_steps
+from fedhet.engine.loop import Engine
 from fedhet.models import build_model
 
 ONE_CLIENT = {
@@ -56,14 +56,16 @@ def continued_sgd(spec, x, y, steps: int) -> dict:
 
 
 def test_kept_buffers_continue_one_optimizer_across_rounds(tmp_path):
-    setup = make_setup(**ONE_CLIENT)
-    state = make_engine(setup, tmp_path / "kept").run()
+    engine = Engine.from_spec(make_spec(**ONE_CLIENT), tmp_path / "kept")
+    setup, state = engine.setup, engine.run()
     client = setup.clients[0]
     expected = continued_sgd(setup.spec, client.x, client.y, steps=4)
     for name, value in expected.items():
         torch.testing.assert_close(state.global_state[name], value, rtol=1e-5, atol=1e-6)
     fed = {**ONE_CLIENT["federation"], "momentum_buffers": "reset"}
-    reset = make_engine(make_setup(**{**ONE_CLIENT, "federation": fed}), tmp_path / "reset").run()
+    reset = Engine.from_spec(
+        make_spec(**{**ONE_CLIENT, "federation": fed}), tmp_path / "reset"
+    ).run()
     assert not torch.allclose(reset.global_state["head.weight"], expected["head.weight"])
     # the stored weight of the buffer's gradients: w <- 0.9 w + 1, 12 steps from an empty buffer
     weight = float(state.client_states[0]["momentum_buffer_weight"])
@@ -114,12 +116,12 @@ def test_a_resumed_run_with_kept_buffers_equals_an_uninterrupted_run(tmp_path):
 
 
 def test_a_client_that_does_not_report_keeps_its_buffer(tmp_path):
-    engine = make_engine(make_setup(**KEPT), tmp_path)
+    engine = Engine.from_spec(make_spec(**KEPT), tmp_path)
     state = engine.run()
     last = engine.plan(KEPT["federation"]["rounds"] - 1)
     assert last.dropped  # the dropout leaves someone out of the last round
-    before = make_engine(
-        make_setup(**{**KEPT, "federation": {**KEPT["federation"], "rounds": 3}}), tmp_path / "b"
+    before = Engine.from_spec(
+        make_spec(**{**KEPT, "federation": {**KEPT["federation"], "rounds": 3}}), tmp_path / "b"
     ).run()
     for cid in last.dropped:
         assert_states_equal(state.client_states[cid], before.client_states[cid])
@@ -137,8 +139,8 @@ def test_fednova_with_kept_buffers_and_equal_work_is_fedavg(tmp_path):
         "momentum_buffers": "client",
     }
     runs = {
-        name: make_engine(
-            make_setup(algorithm={"name": name}, federation=fed), tmp_path / name
+        name: Engine.from_spec(
+            make_spec(algorithm={"name": name}, federation=fed), tmp_path / name
         ).run()
         for name in ("fedavg", "fednova")
     }
@@ -154,8 +156,8 @@ def test_local_momentum_replaces_federations(tmp_path):
 
     def run(name, momentum, **algorithm):
         federation = {"rounds": 2, "batch_size": 64, "momentum": momentum}
-        setup = make_setup(algorithm={"name": "fednova", **algorithm}, federation=federation)
-        return make_engine(setup, tmp_path / name).run()
+        spec = make_spec(algorithm={"name": "fednova", **algorithm}, federation=federation)
+        return Engine.from_spec(spec, tmp_path / name).run()
 
     federations = run("federation", 0.9)
     own = run("own", 0.0, local_momentum=0.9)
@@ -173,7 +175,7 @@ def test_local_momentum_shows_in_the_label_and_only_when_set():
 
 
 def test_kept_buffers_train_clients_one_at_a_time(tmp_path):
-    engine = make_engine(make_setup(**KEPT), tmp_path)
+    engine = Engine.from_spec(make_spec(**KEPT), tmp_path)
     trainer = engine.algorithm
     assert isinstance(client_executor("auto", trainer, CPU, print), SequentialExecutor)
     said: list[str] = []

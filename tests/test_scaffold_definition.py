@@ -19,23 +19,17 @@ import torch
 import torch.nn.functional as F
 
 from fedhet.core.rng import torch_generator
-from fedhet.core.spec import parse_spec
-from fedhet.data.clients import ClientData
-from fedhet.data.datasets import load_dataset
-from fedhet.data.partition import make_partition
+from fedhet.core.spec import Spec, parse_spec
 from fedhet.engine import tensors
 from fedhet.engine.local import batch_schedule, effective_steps
-from fedhet.engine.loop import Checkpoints, Engine, sample_holders
-from fedhet.engine.setup import TrainSetup
+from fedhet.engine.loop import Engine, sample_holders
 
 torch.set_num_threads(1)
-CPU = torch.device("cpu")
-DIGITS = load_dataset("digits")
 STEPS = 3
 
 
-def scaffold_engine(folder, momentum: float, correction: str) -> Engine:
-    spec = parse_spec(
+def scaffold_spec(momentum: float, correction: str) -> Spec:
+    return parse_spec(
         {
             "seed": 4,
             "partition": {"scheme": "dirichlet", "clients": 5, "alpha": 0.3},
@@ -52,15 +46,6 @@ def scaffold_engine(folder, momentum: float, correction: str) -> Engine:
             "algorithm": {"name": "scaffold", "correction": correction},
             "runtime": {"progress": False},
         }
-    )
-    part = make_partition(spec.partition, DIGITS.train_y.numpy(), DIGITS.num_classes, spec.seed)
-    clients = [
-        ClientData(cid, DIGITS.train_x[index], DIGITS.train_y[index])
-        for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
-    ]
-    setup = TrainSetup(spec, DIGITS, clients, CPU)
-    return Engine(
-        spec.algorithm.trainer_class()(spec.algorithm, setup), setup, Checkpoints(folder, CPU), 1000
     )
 
 
@@ -88,7 +73,7 @@ def replay_client(engine: Engine, x, c, c_i, cid: int, rnd: int, lr: float, corr
 @pytest.mark.parametrize("momentum", [0.0, 0.5])
 @pytest.mark.parametrize("correction", ["gradient", "after_step"])
 def test_one_round_of_controls_matches_the_definition(tmp_path, momentum, correction):
-    engine = scaffold_engine(tmp_path, momentum, correction)
+    engine = Engine.from_spec(scaffold_spec(momentum, correction), tmp_path)
     state = engine.initial_state()
     engine.run_round(0, state)
     x, c = tensors.clone(state.global_state), tensors.clone(state.server_state)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,27 +25,20 @@ import torch.nn.functional as F
 from conftest import TINY_SPEC, CliRunner, write_spec
 
 from fedhet.core.rng import torch_generator
-from fedhet.core.spec import parse_spec
-from fedhet.data.clients import ClientData
-from fedhet.data.datasets import load_dataset
-from fedhet.data.partition import make_partition
+from fedhet.core.spec import Spec, parse_spec
 from fedhet.engine import system, tensors
 from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Checkpoints, Engine
 from fedhet.engine.run_format import METRICS
-from fedhet.engine.setup import TrainSetup
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
-DIGITS = load_dataset("digits")
 CLIENTS = 6
 LR = 0.1
 
 
-def make_engine(
-    folder: Path, algorithm: dict[str, Any], system_section: dict[str, Any] | None, **fed: Any
-) -> Engine:
-    spec = parse_spec(
+def make_spec(algorithm: dict[str, Any], system_section: dict[str, Any] | None, **fed: Any) -> Spec:
+    return parse_spec(
         {
             "seed": 5,
             "partition": {"scheme": "dirichlet", "clients": CLIENTS, "alpha": 0.5},
@@ -63,14 +55,6 @@ def make_engine(
             "runtime": {"progress": False},
         }
     )
-    part = make_partition(spec.partition, DIGITS.train_y.numpy(), DIGITS.num_classes, spec.seed)
-    clients = [
-        ClientData(cid, DIGITS.train_x[index], DIGITS.train_y[index])
-        for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
-    ]
-    setup = TrainSetup(spec, DIGITS, clients, CPU)
-    trainer = spec.algorithm.trainer_class()(spec.algorithm, setup)
-    return Engine(trainer, setup, Checkpoints(folder, CPU), 1000)
 
 
 def replay(engine: Engine, x: dict, cid: int, rnd: int, steps: int) -> dict:
@@ -104,7 +88,9 @@ UNEQUAL_WORK = {
 
 def test_fednova_aggregate_under_unequal_work_is_its_definition(tmp_path):
     momentum = 0.5
-    engine = make_engine(tmp_path, {"name": "fednova"}, UNEQUAL_WORK, momentum=momentum)
+    engine = Engine.from_spec(
+        make_spec({"name": "fednova"}, UNEQUAL_WORK, momentum=momentum), tmp_path
+    )
     state = engine.initial_state()
     x = tensors.clone(state.global_state)
     plan = engine.plan(0)
@@ -137,7 +123,7 @@ def test_fednova_aggregate_under_unequal_work_is_its_definition(tmp_path):
 
 
 def test_fedavg_aggregates_the_reporters_only(tmp_path):
-    engine = make_engine(tmp_path, {"name": "fedavg"}, UNEQUAL_WORK)
+    engine = Engine.from_spec(make_spec({"name": "fedavg"}, UNEQUAL_WORK), tmp_path)
     state = engine.initial_state()
     x = tensors.clone(state.global_state)
     plan = engine.plan(0)
@@ -153,8 +139,11 @@ def test_fedavg_aggregates_the_reporters_only(tmp_path):
 
 
 def test_scaffold_controls_use_the_steps_done_and_a_dropped_client_keeps_its_own(tmp_path):
-    engine = make_engine(
-        tmp_path, {"name": "scaffold", "correction": "after_step"}, {**UNEQUAL_WORK, "dropout": 0.5}
+    engine = Engine.from_spec(
+        make_spec(
+            {"name": "scaffold", "correction": "after_step"}, {**UNEQUAL_WORK, "dropout": 0.5}
+        ),
+        tmp_path,
     )
     state = engine.initial_state()
     x = tensors.clone(state.global_state)
@@ -180,7 +169,7 @@ def test_scaffold_controls_use_the_steps_done_and_a_dropped_client_keeps_its_own
 
 
 def test_a_round_nobody_reports_keeps_every_state_and_says_so(tmp_path):
-    engine = make_engine(tmp_path, {"name": "scaffold"}, {"dropout": 0.9})
+    engine = Engine.from_spec(make_spec({"name": "scaffold"}, {"dropout": 0.9}), tmp_path)
     state = engine.initial_state()
     engine.run_round(0, state)
     rnd = next(r for r in range(1, 40) if not engine.plan(r).reported)
@@ -211,9 +200,13 @@ def comparable(metrics: dict[str, list[float]]) -> dict[str, list[float]]:
 
 
 def test_a_section_that_keeps_todays_work_gives_todays_results_and_adds_its_metrics(tmp_path):
-    today = make_engine(tmp_path / "a", {"name": "fednova"}, None, local_steps=4).run()
+    today = Engine.from_spec(
+        make_spec({"name": "fednova"}, None, local_steps=4), tmp_path / "a"
+    ).run()
     assert list(today.metrics) == list(METRICS)
-    same = make_engine(tmp_path / "b", {"name": "fednova"}, {"local_steps": 4}).run()
+    same = Engine.from_spec(
+        make_spec({"name": "fednova"}, {"local_steps": 4}), tmp_path / "b"
+    ).run()
     assert list(same.metrics) == [*METRICS, *system.METRICS]
     rest = {name: same.metrics[name] for name in system.METRICS}
     np.testing.assert_equal(comparable(same.metrics), comparable(today.metrics) | rest)
@@ -224,7 +217,8 @@ def test_a_section_that_keeps_todays_work_gives_todays_results_and_adds_its_metr
 
 def test_the_same_spec_gives_the_same_rounds_and_its_checkpoint_keeps_its_metrics(tmp_path):
     runs = [
-        make_engine(tmp_path / str(i), {"name": "fedavg"}, UNEQUAL_WORK).run() for i in range(2)
+        Engine.from_spec(make_spec({"name": "fedavg"}, UNEQUAL_WORK), tmp_path / str(i)).run()
+        for i in range(2)
     ]
     np.testing.assert_equal(comparable(runs[0].metrics), comparable(runs[1].metrics))
     assert all(torch.equal(v, runs[1].global_state[n]) for n, v in runs[0].global_state.items())

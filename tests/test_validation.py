@@ -155,9 +155,9 @@ def counting(base: type[Trainer]) -> type[Trainer]:
 @pytest.mark.parametrize(("name", "base"), [("fedavg", Trainer), ("centralized", Centralized)])
 def test_one_epoch_trains_every_kept_sample_once_and_no_held_out_one(tmp_path, name, base):
     spec = parse_spec(spec_data(0.3, algorithm={"name": name}))
-    setup = build_setup(spec, partition_group(spec, ArtifactStore(tmp_path / "store")))
+    engine = Engine.from_spec(spec, tmp_path, trainer=counting(base))
+    setup = engine.setup
     kept = sum(setup.sizes)
-    engine = Engine(counting(base)(spec.algorithm, setup), setup, Checkpoints(tmp_path), 1000)
     engine.run()
     # one local epoch of every client (all sampled) = the kept samples, never the held-out ones
     assert dict(engine.algorithm.trained) == dict.fromkeys(range(4), kept)
@@ -186,9 +186,8 @@ def test_summary_reports_the_test_accuracy_at_the_best_validation_round():
 
 def test_the_engine_keeps_the_model_of_the_best_validation_round(tmp_path):
     spec = parse_spec(spec_data(0.3, federation={"rounds": 6, "batch_size": 64, "lr": 0.2}))
-    setup = build_setup(spec, partition_group(spec, ArtifactStore(tmp_path / "store")))
-    engine = Engine(Trainer(spec.algorithm, setup), setup, Checkpoints(tmp_path), 1000)
-    state = engine.run()
+    engine = Engine.from_spec(spec, tmp_path)
+    setup, state = engine.setup, engine.run()
     metrics = state.metrics
     assert set(metrics) == {*METRICS, "val_accuracy", "val_loss"}
     best = int(np.argmax(metrics["val_accuracy"]))
@@ -200,22 +199,22 @@ def test_the_engine_keeps_the_model_of_the_best_validation_round(tmp_path):
 
 
 def test_a_run_resumed_from_a_checkpoint_keeps_its_validation_metrics_and_choice(tmp_path):
-    spec = parse_spec(spec_data(0.3, federation={"rounds": 4, "batch_size": 64, "lr": 0.2}))
-    setup = build_setup(spec, partition_group(spec, ArtifactStore(tmp_path / "store")))
-    whole = Engine(Trainer(spec.algorithm, setup), setup, Checkpoints(tmp_path / "a"), 2).run()
+    federation = {"rounds": 4, "batch_size": 64, "lr": 0.2}
+    every_2 = {**RUNTIME, "checkpoint_every": 2}
+    spec = parse_spec(spec_data(0.3, federation=federation, runtime=every_2))
+    whole = Engine.from_spec(spec, tmp_path / "a").run()
     saved = Checkpoints(tmp_path / "a").latest()  # round 2's checkpoint
     assert saved.round == 2 and saved.metrics["val_accuracy"] == whole.metrics["val_accuracy"][:2]
-    engine = Engine(Trainer(spec.algorithm, setup), setup, Checkpoints(tmp_path / "b"), 1000)
-    resumed = engine.run(saved)
+    resumed = Engine.from_spec(spec, tmp_path / "b").run(saved)
     assert resumed.metrics["val_accuracy"] == whole.metrics["val_accuracy"]
     assert resumed.best_accuracy == whole.best_accuracy == max(whole.metrics["val_accuracy"])
 
 
 def test_without_a_split_the_run_stores_exactly_the_usual_metrics(tmp_path):
     spec = parse_spec(spec_data(None, federation={"rounds": 1}))
-    setup = build_setup(spec, partition_group(spec, ArtifactStore(tmp_path / "store")))
-    assert setup.validation is None
-    state = Engine(Trainer(spec.algorithm, setup), setup, Checkpoints(tmp_path), 1000).run()
+    engine = Engine.from_spec(spec, tmp_path)
+    assert engine.setup.validation is None
+    state = engine.run()
     assert tuple(state.metrics) == METRICS
 
 

@@ -1,28 +1,25 @@
 """Vectorized local training (fedhet.engine.vectorized) takes the sequential path's steps: one
 round's client updates (states, mean losses, step counts, uploads, client states) agree with
-`Trainer.client_update` on the same seeded generators, for FedAvg, FedProx, SCAFFOLD and
-FedNova, with momentum and weight decay, clients of different step counts and ragged batches."""
+`Trainer.client_update` on the same seeded generators, for FedAvg, FedProx, SCAFFOLD (both
+corrections) and FedNova, with momentum and weight decay, clients of different step counts and
+ragged batches: the one client step of each method, run for a cohort and for one client."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
 
-from fedhet.core.spec import parse_spec
-from fedhet.data.clients import ClientData
+from fedhet.core.spec import Spec, parse_spec
 from fedhet.data.datasets import load_dataset
-from fedhet.data.partition import make_partition
 from fedhet.engine.client_executors import VectorizedExecutor
-from fedhet.engine.loop import Checkpoints, ClientDiverged, Engine
-from fedhet.engine.setup import TrainSetup
+from fedhet.engine.client_step import ClientStep
+from fedhet.engine.executor import ClientDiverged
+from fedhet.engine.loop import Engine
 from fedhet.engine.trainer import ClientJob, ClientResult
 from fedhet.engine.vectorized import (
     CohortClient,
     CohortDivergence,
     CohortResult,
-    LocalTerm,
     SGDSettings,
     StackedGradients,
     VmapGradients,
@@ -56,6 +53,7 @@ ALGORITHMS = {
     "fedavg": {"name": "fedavg"},
     "fedprox": {"name": "fedprox", "mu": 0.1},
     "scaffold": {"name": "scaffold"},
+    "scaffold-after-step": {"name": "scaffold", "correction": "after_step"},
     "fednova": {"name": "fednova"},
 }
 
@@ -64,8 +62,8 @@ def make_model(model: dict) -> torch.nn.Module:
     return build_model(parse_spec({"model": model}).model, DIGITS.shape, DIGITS.num_classes, 0)
 
 
-def make_engine(algorithm: dict, model: dict, folder: Path) -> Engine:
-    spec = parse_spec(
+def make_spec(algorithm: dict, model: dict) -> Spec:
+    return parse_spec(
         {
             "seed": 3,
             "partition": {"scheme": "dirichlet", "clients": 6, "alpha": 0.3},
@@ -83,14 +81,6 @@ def make_engine(algorithm: dict, model: dict, folder: Path) -> Engine:
             "runtime": {"progress": False},
         }
     )
-    part = make_partition(spec.partition, DIGITS.train_y.numpy(), DIGITS.num_classes, spec.seed)
-    clients = [
-        ClientData(cid, DIGITS.train_x[index], DIGITS.train_y[index])
-        for cid, index in enumerate(map(torch.from_numpy, part.client_indices))
-    ]
-    setup = TrainSetup(spec, DIGITS, clients, CPU)
-    trainer = spec.algorithm.trainer_class()(spec.algorithm, setup)
-    return Engine(trainer, setup, Checkpoints(folder, CPU), 1000)
 
 
 def round_jobs(engine: Engine) -> list[ClientJob]:
@@ -112,21 +102,21 @@ def round_jobs(engine: Engine) -> list[ClientJob]:
 
 
 def vectorized(engine: Engine, jobs: list[ClientJob], **options) -> list[CohortResult]:
-    """`train_cohort` on the jobs with the trainer's `vectorized_term`."""
-    algo = engine.algorithm
-    term = algo.vectorized_term(jobs)
+    """`train_cohort` on the jobs with the trainer's client step."""
+    algo, head = engine.algorithm, jobs[0]
+    step = algo.client_step(head.round, head.global_state, head.server_state)
     inputs = [
         CohortClient(
             job.client.x,
             job.client.y,
             list(algo.client_batches(job)),
-            term.extras(job.client_state),
+            step.extras(job.client_state),
         )
         for job in jobs
     ]
     fed = algo.fed
-    settings = SGDSettings(jobs[0].lr, fed.momentum, fed.weight_decay)
-    return train_cohort(engine.model, jobs[0].global_state, inputs, settings, term, **options)
+    settings = SGDSettings(head.lr, fed.momentum, fed.weight_decay)
+    return train_cohort(engine.model, head.global_state, inputs, settings, step, **options)
 
 
 def gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -157,7 +147,7 @@ def assert_agree(
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_one_round_agrees_with_the_sequential_path(tmp_path, algorithm, model):
-    engine = make_engine(ALGORITHMS[algorithm], MODELS[model], tmp_path)
+    engine = Engine.from_spec(make_spec(ALGORITHMS[algorithm], MODELS[model]), tmp_path)
     seq_jobs, vec_jobs = round_jobs(engine), round_jobs(engine)
     sequential = [engine.train_client(job) for job in seq_jobs]  # updates their client states
     said: list[str] = []
@@ -166,20 +156,19 @@ def test_one_round_agrees_with_the_sequential_path(tmp_path, algorithm, model):
     assert said == [] and executor.ran == {"vectorized"}
 
 
-def test_chunks_give_the_whole_cohort_bitwise(tmp_path):
-    engine = make_engine(ALGORITHMS["scaffold"], MODELS["mlp"], tmp_path)
+@pytest.mark.parametrize("algorithm", ["scaffold", "scaffold-after-step"])
+def test_chunks_give_the_whole_cohort_bitwise(tmp_path, algorithm):
+    engine = Engine.from_spec(make_spec(ALGORITHMS[algorithm], MODELS["mlp"]), tmp_path)
     reference = vectorized(engine, round_jobs(engine))
     chunked = vectorized(engine, round_jobs(engine), budget=1)  # one client per chunk
     for a, b in zip(chunked, reference, strict=True):
         assert a.stats == b.stats
         for k in b.state:
             assert torch.equal(a.state[k], b.state[k])
-        for k in b.upload:
-            assert torch.equal(a.upload[k], b.upload[k])
 
 
 def test_divergence_names_the_first_diverged_client_and_its_step(tmp_path):
-    engine = make_engine(ALGORITHMS["fedavg"], MODELS["mlp"], tmp_path)
+    engine = Engine.from_spec(make_spec(ALGORITHMS["fedavg"], MODELS["mlp"]), tmp_path)
     seq_jobs, cohort_jobs, vec_jobs = round_jobs(engine), round_jobs(engine), round_jobs(engine)
     for job in seq_jobs + cohort_jobs + vec_jobs:
         job.lr = 1e4
@@ -215,7 +204,7 @@ def test_linear_chains_train_stacked_any_other_model_vmapped():
     assert [type(m).__name__ for m in layers] == ["Flatten"] + ["Linear", "ReLU"] * 2 + ["Linear"]
     assert linear_chain(cnn, sample) is None and linear_chain(Residual(), sample) is None
     for model, kind in ((mlp, StackedGradients), (cnn, VmapGradients), (Residual(), VmapGradients)):
-        assert type(cohort_gradients(model, model.state_dict(), sample, LocalTerm())) is kind
+        assert type(cohort_gradients(model, model.state_dict(), sample, ClientStep())) is kind
 
 
 def test_a_model_that_is_not_a_chain_trains_like_one_client_at_a_time():

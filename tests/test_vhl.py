@@ -218,19 +218,29 @@ def test_naive_vhl_has_no_calibration_term(store):
 
 
 def test_fedprox_with_vhl_adds_the_proximal_term_to_the_vhl_objective(store):
-    fedprox = make(spec_with(vhl("fedprox", {"mu": 0.5})), store)
-    fedavg = make(spec_with(vhl()), store)
+    """One local step away from the global model: FedProx's minus FedAvg's (both VHL) is the
+    proximal gradient step, -lr mu (w - w_global)."""
+    one_step = {"rounds": 1, "batch_size": 12, "lr": 0.05, "local_steps": 1}
+    fedprox = make(spec_with(vhl("fedprox", {"mu": 0.5}), federation=one_step), store)
+    fedavg = make(spec_with(vhl(), federation=one_step), store)
     model = fedavg.build_model()
     x, y = batch(fedavg)
     start = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01 * torch.randn(p.shape, generator=torch_generator(1, "perturb")))
-    proximal = sum(((p - start[n]) ** 2).sum() for n, p in model.named_parameters())
-    vhl_loss = fedavg.local_loss(job(fedavg, model, start), model, x, y)
-    prox_loss = fedprox.local_loss(job(fedprox, model, start), model, x, y)
+    moved = {k: v.clone() for k, v in model.state_dict().items()}
+    vhl_loss = fedprox.local_loss(job(fedprox, model, start), model, x, y)
     assert vhl_loss > F.cross_entropy(model(x)[:, :C], y) + 1e-3  # the VHL objective, not CE
-    torch.testing.assert_close(prox_loss - vhl_loss, 0.25 * proximal, rtol=1e-4, atol=1e-7)
+    after = {}
+    for name, algorithm in (("fedavg", fedavg), ("fedprox", fedprox)):
+        model.load_state_dict(moved)
+        after[name] = algorithm.client_update(job(algorithm, model, start)).state
+    for name, _ in model.named_parameters():
+        proximal_step = 0.05 * 0.5 * (moved[name] - start[name])
+        torch.testing.assert_close(
+            after["fedprox"][name], after["fedavg"][name] - proximal_step, rtol=0, atol=1e-6
+        )
 
 
 def test_scaffold_with_vhl_still_applies_the_control_correction(store):

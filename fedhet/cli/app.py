@@ -26,6 +26,7 @@ from fedhet.core.memory_check import require_models_fit
 from fedhet.core.overrides import replaced_axes
 from fedhet.core.spec import Spec, expand, load_mapping, load_spec
 from fedhet.core.store import ArtifactStore, arrays, damage_named
+from fedhet.core.tune_spec import TuneSpec
 from fedhet.data.shapes import data_shape
 from fedhet.data.sizes import require_a_sample_per_client
 from fedhet.process.interrupts import Interrupted
@@ -172,7 +173,7 @@ def spec_show(path: SpecPath, overrides: OverridesArg = None, only: OnlyOpt = No
     # plain print: rich would wrap long lines and break the YAML
     print(yaml.safe_dump(applicable_dump(spec), sort_keys=False))
     try:
-        ds = load_data(spec.data)
+        ds = load_data(spec.data, seed=spec.seed)
     except InputError:
         return
     model = build_model(spec.model, ds.shape, ds.num_classes, spec.seed)
@@ -375,15 +376,27 @@ def plan(
     only: OnlyOpt = None,
     fmt: FormatOpt = Format.table,
     store: StoreOpt = None,
+    tune: Annotated[
+        bool,
+        typer.Option("--tune", help="the runs of the tune's trials (see `fedhet tune`) instead"),
+    ] = False,
 ) -> None:
     """Every run's stages and their state: stored, partial (round k of n, from the checkpoint)
     or missing, with the time still needed where a stored run of the same stage and shape
-    gives an estimate. A stage shared by several runs is listed once, under the first."""
+    gives an estimate. A stage shared by several runs is listed once, under the first. With
+    --tune, the trials' runs as far as the stored results decide them."""
     spec = _load(path, overrides=overrides, only=only)
     from fedhet.execution.planning import runs_of
     from fedhet.reports.status import plan_rows
 
-    rows, summary = plan_rows(runs_of(spec), ArtifactStore(store))
+    runs, unasked = runs_of(spec), 0
+    if tune:
+        from fedhet.tuning.runner import planned_trials
+
+        runs, unasked = planned_trials(spec, _tune_section(spec, path), ArtifactStore(store))
+    rows, summary = plan_rows(runs, ArtifactStore(store))
+    if unasked:
+        summary += f"; {unasked} more trials, sampled once these are stored"
     columns = [
         Column("run", "run"),
         Column("stage", "stage"),
@@ -397,6 +410,88 @@ def plan(
     show(out, rows, columns, fmt, title=path.stem)
     if fmt in (Format.table, Format.markdown):
         out.print(summary)
+
+
+def _tune_section(spec: Spec, path: Path) -> TuneSpec:
+    if spec.tune is None:
+        raise InputError(
+            f"{path}: no tune section; add one, e.g. tune: {{trials: 4, seeds: [100], space: "
+            "{federation.lr: {grid: [0.02, 0.05, 0.1, 0.2]}}} (README: Tuning)"
+        )
+    return spec.tune
+
+
+TUNE_COLUMNS = [
+    Column("algorithm", "algorithm"),
+    Column("setting", "setting"),
+    Column("trials", "trials", "number"),
+    Column("pruned", "stopped early", "number", optional=True),
+    Column("chosen", "chosen"),
+    Column("best_val", "best val %", "pct"),
+    Column("median_val", "median val %", "pct"),
+]
+TRIAL_COLUMNS = [
+    Column("algorithm", "algorithm"),
+    Column("setting", "setting"),
+    Column("trial", "trial", "number"),
+    Column("values", "values"),
+    Column("val_score", "val %", "pct"),
+    Column("scores", "per seed %"),
+    Column("pruned_at", "stopped at round", "number", optional=True),
+    Column("chosen", "chosen"),
+    Column("keys", "keys"),
+]
+
+
+@app.command(
+    "tune",
+    epilog=_example(
+        "fedhet tune specs/tune_digits.yaml --jobs 2",
+        "fedhet plan specs/tune_digits.yaml --tune",
+        "fedhet report specs/tune_digits.yaml --tuned --train",
+    ),
+)
+def tune(
+    path: SpecPath,
+    overrides: OverridesArg = None,
+    only: OnlyOpt = None,
+    fmt: FormatOpt = Format.table,
+    store: StoreOpt = None,
+    data_root: DataRootOpt = None,
+    jobs: JobsOpt = None,
+    trials: Annotated[
+        bool, typer.Option("--trials", help="a row per trial instead of one per method")
+    ] = False,
+) -> None:
+    """Select each method's hyperparameters on the validation split, as the spec's `tune:`
+    section says (its space, the same budget for every method, the selection seeds).
+
+    Every trial is an ordinary run in the store: an interrupted tune resumes, a second one
+    computes nothing, and trials shared between methods or settings are computed once. The
+    outcome (every trial's validation scores, the chosen configurations) is stored; `fedhet
+    report SPEC --tuned` compares the chosen configurations on the test split."""
+    spec = _load(path, data_root, overrides, only)
+    section = _tune_section(spec, path)
+    from fedhet.cli.sweep_view import SweepView
+    from fedhet.execution.train import Options
+    from fedhet.reports.tuning import selection_rows, trial_rows
+    from fedhet.tuning.runner import tune as run_tune
+
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs {jobs}: give at least 1 worker process")
+    st = ArtifactStore(store)
+
+    def view(runs: list) -> SweepView:
+        live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
+        return SweepView(runs, st, err, live)
+
+    outcome = run_tune(spec, section, st, Options(jobs), view, err)
+    if trials:
+        rows = trial_rows(outcome)
+        show(out, rows, present(TRIAL_COLUMNS, rows), fmt, title=f"{path.stem}: trials")
+    else:
+        rows = selection_rows(outcome)
+        show(out, rows, present(TUNE_COLUMNS, rows), fmt, title=f"{path.stem}: chosen")
 
 
 RUN_COLUMNS = [
@@ -476,6 +571,7 @@ EVAL_COLUMNS = [
     Column("seed", "seed", "number"),
     Column("model", "model"),
     Column("accuracy", "accuracy %", "pct"),
+    Column("own_angle", "own angle %", "pct", optional=True),
     Column("loss", "loss", "number"),
     Column("per_class", "per class"),
     Column("per_client", "per client (train samples)"),
@@ -535,7 +631,8 @@ def evaluate(
     spread = CLIENT_TEST_COLUMNS if spec.eval.client_test is not None else []
     lists = [*EVAL_COLUMNS[-2:], *([CLIENT_TEST_LIST] if spread else [])]
     diverged = [] if readable else [Column("diverged", "diverged", "number")]
-    columns = [*EVAL_COLUMNS[:-2], *diverged, *spread, *(CGV_COLUMNS if cgv else []), *lists]
+    measured = present(EVAL_COLUMNS[:-2], rows)
+    columns = [*measured, *diverged, *spread, *(CGV_COLUMNS if cgv else []), *lists]
     if fmt is not Format.table:
         show(out, rows, columns, fmt, path.stem)
         return
@@ -609,17 +706,45 @@ def report(
             show_default=False,
         ),
     ] = None,
+    tuned: Annotated[
+        bool,
+        typer.Option(
+            "--tuned",
+            help="the configurations `fedhet tune` chose, over the spec's seeds, with how they "
+            "were tuned (into NAME_tuned.md)",
+        ),
+    ] = False,
 ) -> None:
     """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves."""
     spec, st = _load(path, data_root, overrides, only), ArtifactStore(store)
     from fedhet.reports.comparison import FLOOR_ACCURACY
     from fedhet.reports.report import write_report
 
-    runs = _stored_runs(path, spec, st, train, overrides)
     minimum = FLOOR_ACCURACY if floor is None else floor / 100
-    md, png = write_report(spec, runs, st, out_dir, err, train, baseline, minimum)
+    section = None
+    if tuned:
+        spec, runs, section = _tuned_runs(path, spec, st, train, overrides)
+    else:
+        runs = _stored_runs(path, spec, st, train, overrides)
+    md, png = write_report(spec, runs, st, out_dir, err, train, baseline, minimum, section)
     out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
     out.print(f"wrote {md} and {png}")
+
+
+def _tuned_runs(
+    path: Path, spec: Spec, store: ArtifactStore, train: bool, overrides: list[str] | None
+) -> tuple[Spec, list, str]:
+    """The spec renamed NAME_tuned, the runs of its tune's chosen configurations (stored, unless
+    `train`), and the report's section on the tune."""
+    from fedhet.reports.tuning import tuning_section
+    from fedhet.tuning.runner import require_tuned_stored, tuned_runs
+
+    command, section = shlex.join([str(path), *(overrides or ())]), _tune_section(spec, path)
+    runs, outcome = tuned_runs(spec, section, store, command)
+    if not train:
+        require_tuned_stored(runs, store, command)
+    renamed = spec.model_copy(update={"name": f"{spec.name}_tuned"})
+    return renamed, runs, tuning_section(outcome, section)
 
 
 @app.command(

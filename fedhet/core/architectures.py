@@ -270,7 +270,10 @@ def describe(model: ModelFields, in_shape: tuple[int, int, int], num_classes: in
 
 
 def norm_kinds(model: ModelFields) -> set[NormKind]:
-    """The kinds of the model's normalization layers (none when it has no such layer)."""
+    """The kinds of the model's normalization layers (none when it has no such layer); a
+    plug-in's model (fedhet.core.model_config) says its own, `norm`."""
+    if model.arch not in ARCHITECTURES:
+        return {model.norm}
     layers = [layer for stage in describe(model, *_ANY_INPUT).stages for layer in stage.layers]
     blocks = [block for block in layers if isinstance(block, ResidualBlock)]
     inner = [n for b in blocks for n in (b.norm1, b.norm2, *(b.shortcut or ()))]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from fedhet.core.architectures import describe
+from fedhet.core.architectures import ARCHITECTURES, describe
 from fedhet.core.errors import InputError
 from fedhet.core.spec import DataSpec, Spec, expand
 from fedhet.process.memory import shortage
@@ -19,9 +19,11 @@ def require_models_fit(
     model's description and its input's (image shape, classes), `shape_of(run.data)`."""
     for _, run in expand(spec):
         image, classes = shape_of(run.data)
-        model = describe(run.model, image, classes)
-        message = shortage(
-            model.parameter_count, f"{where}: model ({run.model.arch})", model.shrink
-        )
+        count = run.model.parameter_count(image, classes)
+        if count is None:  # a plug-in's model that cannot be counted without building it
+            continue
+        builtin = run.model.arch in ARCHITECTURES
+        shrink = describe(run.model, image, classes).shrink if builtin else "shrink the model"
+        message = shortage(count, f"{where}: model ({run.model.arch})", shrink)
         if message is not None:
             raise InputError(message)

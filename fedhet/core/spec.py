@@ -20,14 +20,17 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     Field,
+    SerializeAsAny,
     ValidationError,
     ValidationInfo,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from fedhet.core import architectures, registry
+from fedhet.core import architectures, plugins, registry
 from fedhet.core.errors import InputError
+from fedhet.core.model_config import ModelConfig
+from fedhet.core.natural_clients import natural_problem, with_natural_clients
 from fedhet.core.overrides import apply_overrides, blame, keep_only, override_path
 from fedhet.core.sections import (
     MAX_CLASSES,
@@ -43,6 +46,7 @@ from fedhet.core.sections import (
     Section,
 )
 from fedhet.core.system_spec import SystemSpec, absent_when_default
+from fedhet.core.tune_spec import TuneSpec, tune_problem
 
 # --- data -------------------------------------------------------------------------------
 
@@ -181,6 +185,16 @@ class RotationPartition(_PartitionBase):
     rotation: RotationSpec = RotationSpec()
 
 
+class NaturalPartition(_PartitionBase):
+    """The data's own clients (LEAF style): client k holds the samples whose client id is k."""
+
+    scheme: Literal["natural"] = "natural"
+    # filled in from the data (`_natural_clients`), so out of dumps: each run takes its data's
+    clients: int = Field(
+        10, ge=1, le=MAX_CLIENTS, exclude=True, description="the data's clients (filled in)"
+    )
+
+
 _DISCRIMINATORS = ("scheme",)  # the tag fields of the spec's discriminated unions
 
 PartitionConfig = (
@@ -191,6 +205,7 @@ PartitionConfig = (
     | QuantityPartition
     | RotationPartition
     | ClientDirichletPartition
+    | NaturalPartition
 )
 PartitionSpec = Annotated[PartitionConfig, Field(discriminator="scheme")]
 
@@ -205,6 +220,7 @@ def partition_label(p: BaseModel) -> str:
         "subset": "subset",
         "quantity": f"quantity(alpha={getattr(p, 'alpha', '')})",
         "rotation": "rotated",
+        "natural": "natural",
     }[p.scheme]
     if p.rotation is not None and p.scheme != "rotation":
         base += "+rot"
@@ -222,7 +238,7 @@ def _applies_when(**choices: tuple[str, ...]) -> dict[str, Any]:
     return {"json_schema_extra": {"applies_when": {k: list(v) for k, v in choices.items()}}}
 
 
-class ModelSpec(Section):
+class ModelSpec(ModelConfig):
     arch: Literal["mlp", "simple_cnn", "fedbr_cnn", "resnet18", "resnet20"] = "simple_cnn"
     norm: Literal["batch", "group", "none"] = "none"
     hidden: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(
@@ -431,9 +447,9 @@ class Spec(Section):
     name: str = "experiment"
     description: str = ""
     seed: int = Field(0, ge=0, le=MAX_SEED)
-    data: DataSpec = DataSpec()
+    data: SerializeAsAny[DataSpec] = DataSpec()  # a plug-in's block is a DataSpec subclass
     partition: PartitionSpec = IIDPartition()
-    model: ModelSpec = ModelSpec()
+    model: SerializeAsAny[ModelConfig] = ModelSpec()
     federation: FederationSpec = FederationSpec()
     algorithm: AlgorithmSpec = Field(
         default_factory=lambda: _validate_algorithm({"name": "fedavg"})
@@ -443,6 +459,9 @@ class Spec(Section):
     matrix: dict[str, Annotated[list[Any], Field(min_length=1)]] | None = Field(
         None, description="dotted field path -> values; expands into one run per combination"
     )
+    tune: Annotated[TuneSpec | None, OMIT_IF_DEFAULT] = Field(
+        None, description="`fedhet tune`: each method's hyperparameters, selected on validation"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -451,6 +470,21 @@ class Spec(Section):
             data = dict(data)
             data["algorithm"] = _validate_algorithm(data["algorithm"])
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dispatch_data_and_model(cls, data: Any) -> Any:
+        """`data` and `model` validated by the config class their `dataset` and `arch` choose
+        (fedhet's own or a plug-in's); a natural partition takes its clients from the data."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for section, (tag, configs, default) in _PLUGGABLE.items():
+            if section in data:
+                data[section] = plugins.validate_section(
+                    data[section], section, tag, configs(), default
+                )
+        return with_natural_clients(data)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Spec:
@@ -466,6 +500,9 @@ class Spec(Section):
                 f"partition.rotation.angles has {len(angles)} entries for "
                 f"{self.partition.clients} clients; give one angle per client"
             )
+        problem = natural_problem(self.data, self.partition)
+        if problem is not None:
+            raise ValueError(problem)
         try:
             self.algorithm.check(self)
         except InputError as err:  # placed like every other validation error: file, override
@@ -487,6 +524,19 @@ class Spec(Section):
             raise _located_error(*unused)
         return self
 
+    @model_validator(mode="after")
+    def _tune_applies(self, info: ValidationInfo) -> Spec:
+        if self.tune is None or (info.context or {}).get(_MATRIX_RUN):
+            return self
+        try:
+            runs = [run for _, run in expand(self)]
+        except InputError:
+            return self  # `expand` names the run that is invalid
+        problem = tune_problem(self.tune, runs, list(self.matrix or {}), parse_run)
+        if problem is not None:
+            raise _located_error(*problem)
+        return self
+
     @property
     def clients_per_round(self) -> int:
         fed, k = self.federation, self.partition.clients
@@ -495,6 +545,28 @@ class Spec(Section):
         if fed.fraction is not None:
             return max(1, round(fed.fraction * k))
         return k
+
+
+# --- datasets and models: fedhet's own and plug-ins' ------------------------------------
+
+
+def dataset_configs() -> dict[str, type[DataSpec]]:
+    """Dataset name -> the config class of its `data:` block (fedhet.core.plugins)."""
+    builtin = get_args(DatasetName)
+    return dict.fromkeys(builtin, DataSpec) | plugins.found(plugins.DATASETS, builtin)
+
+
+def model_configs() -> dict[str, type[ModelConfig]]:
+    """Architecture name -> the config class of its `model:` block (fedhet.core.plugins)."""
+    builtin = get_args(ModelSpec.model_fields["arch"].annotation)
+    return dict.fromkeys(builtin, ModelSpec) | plugins.found(plugins.MODELS, builtin)
+
+
+# section -> (the field that chooses its config class, the classes, that field's default)
+_PLUGGABLE = {
+    "data": ("dataset", dataset_configs, "digits"),
+    "model": ("arch", model_configs, "simple_cnn"),
+}
 
 
 # --- fields that apply to some options only -----------------------------------------------
@@ -511,7 +583,7 @@ def _conditions(section: type[BaseModel]) -> dict[str, dict[str, list[str]]]:
 
 
 def _applies(section: BaseModel, when: dict[str, list[str]]) -> bool:
-    return all(getattr(section, k) in choices for k, choices in when.items())
+    return all(getattr(section, k, None) in choices for k, choices in when.items())
 
 
 def _unused_setting(runs: list[Spec]) -> tuple[tuple[str, str], str, Any] | None:
@@ -523,7 +595,7 @@ def _unused_setting(runs: list[Spec]) -> tuple[tuple[str, str], str, Any] | None
             continue
         for name, when in _conditions(type(sections[0])).items():
             default = type(sections[0]).model_fields[name].get_default(call_default_factory=True)
-            setting = [s for s in sections if getattr(s, name) != default]
+            setting = [s for s in sections if getattr(s, name, default) != default]
             if setting and not any(_applies(s, when) for s in setting):
                 options = "; ".join(f"{k} {', '.join(v)}" for k, v in when.items())
                 siblings = " or ".join(f"{section_name}.{k}" for k in when)
@@ -540,6 +612,9 @@ def _tagged_union(section: str) -> tuple[str, str, dict[str, type[BaseModel]]] |
         return "scheme", "scheme", {m.model_fields["scheme"].default: m for m in members}
     if section == "algorithm":
         return "name", "algorithm", dict(algorithm_configs())
+    if section in _PLUGGABLE:
+        tag, configs, _ = _PLUGGABLE[section]
+        return tag, tag, configs()
     return None
 
 
@@ -853,11 +928,24 @@ def json_schema() -> dict[str, Any]:
     configs = tuple(algorithm_configs().values())
     algorithm_union = Annotated[Union[configs], Field(discriminator="name")]  # noqa: UP007
     default = Field(default_factory=lambda: _validate_algorithm({"name": "fedavg"}))
-    schema_model = create_model("Spec", __base__=Spec, algorithm=(algorithm_union, default))
+    data_union = Union[tuple(dict.fromkeys(dataset_configs().values()))]  # noqa: UP007
+    model_union = Union[tuple(dict.fromkeys(model_configs().values()))]  # noqa: UP007
+    schema_model = create_model(
+        "Spec",
+        __base__=Spec,
+        algorithm=(algorithm_union, default),
+        data=(data_union, DataSpec()),
+        model=(model_union, ModelSpec()),
+    )
     schema = schema_model.model_json_schema()
     axes = {name: {"type": "array", "minItems": 1, "items": items} for name, items in _axes(schema)}
     matrix = {"type": "object", "properties": axes, "additionalProperties": _ANY_AXIS}
     schema["properties"]["matrix"]["anyOf"] = [matrix, {"type": "null"}]
+    schema["properties"]["base"] = {
+        "type": "string",
+        "description": "the spec file this one derives from (relative to it); this file's "
+        "fields are merged over it",
+    }
     return schema
 
 
@@ -874,6 +962,8 @@ def _axes(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         for sub, sub_field in section.get("properties", {}).items():
             yield f"{name}.{sub}", _value_schema(sub_field)
     yield "algorithm.name", {"enum": sorted(algorithm_configs())}
+    yield "data.dataset", {"enum": sorted(dataset_configs())}
+    yield "model.arch", {"enum": sorted(model_configs())}
     schemes = [m.model_fields["scheme"].default for m in get_args(PartitionConfig)]
     yield "partition.scheme", {"enum": sorted(schemes)}
 

@@ -49,7 +49,7 @@ def client_test_node(spec: Spec) -> StageNode | None:
 @stage("client_test")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
     data = ctx.spec.data
-    dataset = load_data(data)
+    dataset = load_data(data, seed=ctx.spec.seed)
     histogram = load_partition(ctx.upstream(node, "partition")).histogram
     tests = draw_client_tests(
         histogram, dataset.test_y.numpy(), node.config["per_client"], ctx.spec.seed
@@ -93,7 +93,7 @@ def client_test_data(
 ) -> list[ClientData]:
     """Each client's test samples (from a `client_test` artifact) on `device`; with a rotation
     feature shift, rotated by the client's own angle (its domain)."""
-    ds = load_data(spec.data)
+    ds = load_data(spec.data, seed=spec.seed)
     angles = load_partition(partition).angles
     clients = []
     for cid, idx in enumerate(load_index_lists(client_test)):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import gzip
+import importlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from torchvision import datasets as tv
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as tvf
 
+from fedhet.core.data_config import DataConfig, check_arrays
 from fedhet.core.errors import InputError, RunError
 from fedhet.core.spec import DataSpec
 from fedhet.data.decoded import decoded
@@ -49,6 +52,7 @@ class Dataset:
     classes: tuple[str, ...]
     mean: tuple[float, ...]  # per channel, in [0, 1] pixel units
     std: tuple[float, ...]
+    train_client: np.ndarray | None = None  # a plug-in's client id per training sample
 
     @property
     def num_classes(self) -> int:
@@ -79,8 +83,13 @@ def dataset_names() -> list[str]:
 Scale = Literal["standardize", "unit"]
 
 
-def load_data(data: DataSpec, name: str | None = None) -> Dataset:
-    """The spec's dataset (or dataset `name`, e.g. a proxy) in the spec's input format."""
+def load_data(data: DataSpec, name: str | None = None, seed: int | None = None) -> Dataset:
+    """The spec's dataset (or dataset `name`, e.g. a proxy) in the spec's input format; a
+    plug-in's (fedhet.core.data_config) loaded for the spec's `seed`."""
+    if isinstance(data, DataConfig) and name is None:
+        if seed is None:
+            raise RunError(f"data: dataset {data.dataset} is loaded for a seed; pass the spec's")
+        return _load_plugin(data, json.dumps(data.identity(), sort_keys=True), seed)
     return load_dataset(
         name or data.dataset,
         data.root,
@@ -223,6 +232,38 @@ def _repeated(x: torch.Tensor, channels: int) -> torch.Tensor:
 
 
 # --- sources --------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=2)
+def _load_plugin(data: DataConfig, identity: str, seed: int) -> Dataset:
+    """A dataset plug-in's arrays as float32 tensors, used as given; cached by `identity` too,
+    so a changed file is read again."""
+    module, _, function = data.loader.partition(":")
+    try:
+        loader = getattr(importlib.import_module(module), function)
+    except Exception as err:  # a plug-in's code failing to import is the plug-in's failure
+        raise RunError(f"data: dataset {data.dataset}: cannot import {data.loader}: {err}") from err
+    arrays, info = loader(data, seed), data.describe()
+    check_arrays(arrays, info, f"data: dataset {data.dataset}")
+    channels = info.shape[0]
+
+    def features(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x, np.float32).reshape(len(x), *info.shape))
+
+    def labels(y: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(y.astype(np.int64))
+
+    return Dataset(
+        data.dataset,
+        features(arrays.train_x),
+        labels(arrays.train_y),
+        features(arrays.test_x),
+        labels(arrays.test_y),
+        tuple(str(c) for c in range(info.classes)),
+        (0.0,) * channels,
+        (1.0,) * channels,
+        arrays.train_client,
+    )
 
 
 def _load_digits() -> _Raw:

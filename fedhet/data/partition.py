@@ -42,14 +42,22 @@ class Partition:
 
 
 def make_partition(
-    spec: PartitionConfig, labels: np.ndarray, num_classes: int, seed: int
+    spec: PartitionConfig,
+    labels: np.ndarray,
+    num_classes: int,
+    seed: int,
+    clients: np.ndarray | None = None,
 ) -> Partition:
-    """Split the training labels among `spec.clients` clients by `spec.scheme`."""
+    """Split the training labels among `spec.clients` clients by `spec.scheme`; the natural
+    scheme gives client k the samples whose id in `clients` (the data's) is k."""
     labels = np.asarray(labels, dtype=np.int64)
     if labels.ndim != 1 or (labels.size and (labels.min() < 0 or labels.max() >= num_classes)):
         raise ValueError(f"labels must be a 1-D array of values in [0, {num_classes})")
     rng = np.random.default_rng(seed)
-    shares = _SCHEMES[spec.scheme](spec, labels, num_classes, rng)
+    if spec.scheme == "natural":
+        shares = _natural(spec.clients, clients)
+    else:
+        shares = _SCHEMES[spec.scheme](spec, labels, num_classes, rng)
     if spec.max_samples is not None:
         shares = [_at_most(share, spec.max_samples, rng) for share in shares]
     client_indices = [np.sort(share).astype(np.int64) for share in shares]
@@ -178,6 +186,12 @@ def _classes(
         for client, part in zip(class_owners, np.array_split(pool, len(class_owners)), strict=True):
             shares[client].append(part)
     return [np.concatenate(parts) for parts in shares]
+
+
+def _natural(count: int, clients: np.ndarray | None) -> list[np.ndarray]:
+    if clients is None:
+        raise ValueError("a natural partition needs the data's client ids")
+    return [np.flatnonzero(clients == client) for client in range(count)]
 
 
 def _subset(spec: SubsetPartition, labels: np.ndarray, num_classes: int, rng: np.random.Generator):

@@ -3,6 +3,7 @@ fedhet.data.partition_stage computes the artifact."""
 
 from __future__ import annotations
 
+from fedhet.core.data_config import DataConfig
 from fedhet.core.pipeline import StageNode
 from fedhet.core.spec import Spec
 
@@ -17,4 +18,6 @@ def partition_node(spec: Spec) -> StageNode:
     }
     if spec.data.validation is not None:  # absent when off: keys without a split stay as they were
         config["validation"] = spec.data.validation
+    if isinstance(spec.data, DataConfig):  # a plug-in's data: what it is, e.g. its file's hash
+        config["data"] = spec.data.identity()
     return StageNode("partition", VERSION, config)

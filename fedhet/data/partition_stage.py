@@ -11,6 +11,7 @@ import numpy as np
 import zarr
 
 from fedhet.core.pipeline import RunContext, StageNode, stage
+from fedhet.core.spec import Spec
 from fedhet.core.store import create_array
 from fedhet.data.datasets import load_data
 from fedhet.data.partition import Partition, make_partition
@@ -19,13 +20,19 @@ from fedhet.data.validation import hold_out
 
 @stage("partition")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
-    data = ctx.spec.data
-    dataset = load_data(data)
+    save_partition(out, spec_partition(ctx.spec))
+
+
+def spec_partition(spec: Spec) -> Partition:
+    """The partition a spec asks for, its validation split applied: what the stage stores."""
+    dataset = load_data(spec.data, seed=spec.seed)
     labels = dataset.train_y.numpy()
-    part = make_partition(ctx.spec.partition, labels, dataset.num_classes, ctx.spec.seed)
-    if data.validation is not None:
-        part = hold_out(part, labels, data.validation, ctx.spec.seed)
-    save_partition(out, part)
+    part = make_partition(
+        spec.partition, labels, dataset.num_classes, spec.seed, dataset.train_client
+    )
+    if spec.data.validation is not None:
+        part = hold_out(part, labels, spec.data.validation, spec.seed)
+    return part
 
 
 def save_partition(out: zarr.Group, part: Partition) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from fedhet.core.data_config import DataConfig
 from fedhet.core.errors import InputError
 from fedhet.core.spec import DataSpec
 
@@ -29,6 +30,9 @@ DATA_SHAPES: dict[str, DataShape] = {
 def data_shape(data: DataSpec) -> DataShape:
     """The spec's model input shape (its dataset's, in the spec's `data.channels` and
     `data.resize`) and its number of classes; fedhet.data.datasets loads images of this shape."""
+    if isinstance(data, DataConfig):  # a plug-in's, used as given
+        info = data.describe()
+        return DataShape(info.shape, info.classes)
     (channels, height, width), classes = DATA_SHAPES[data.dataset]
     if data.resize is not None:
         height = width = data.resize

@@ -3,10 +3,10 @@
 fedhet.engine.vectorized).
 
 Vectorized training takes the sequential path's steps but rounds differently in float32, so
-the executor that ran is recorded in the artifact's environment. It runs what a trainer's
-`vectorized_term` describes; a round it cannot run (BatchNorm, an objective other than
-cross-entropy, a client hook the term does not stand for, a synchronized first step, momentum
-buffers kept across rounds) runs sequentially, said once per run.
+the executor that ran is recorded in the artifact's environment. Both run the trainer's one
+`client_step`; a round the vectorized executor cannot run (BatchNorm, an objective other than
+cross-entropy, a trainer that declares its clients not vectorizable, a synchronized first step,
+momentum buffers kept across rounds) runs sequentially, said once per run.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from fedhet.engine.executor import ClientExecutor, SequentialExecutor
-from fedhet.engine.loop import ClientDiverged
+from fedhet.engine.executor import ClientDiverged, ClientExecutor, SequentialExecutor
 from fedhet.engine.objectives import CrossEntropy
-from fedhet.engine.trainer import CLIENT_HOOKS, ClientJob, ClientResult, Trainer
+from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
 from fedhet.engine.vectorized import (
     CohortClient,
     CohortDivergence,
@@ -40,7 +39,10 @@ def auto_choice(model: nn.Module, clients_per_round: int) -> str:
 
 
 def why_sequential(trainer: Trainer, model: nn.Module) -> str | None:
-    """Why no round of `trainer` can run vectorized (None: its `vectorized_term` decides)."""
+    """Why no round of `trainer` can run vectorized (None: every round without a synchronized
+    first step can)."""
+    if not trainer.vectorizable:
+        return f"{trainer.config.name} trains its clients its own way"
     reason = cannot_vectorize(model)
     if reason is not None:
         return reason
@@ -48,12 +50,6 @@ def why_sequential(trainer: Trainer, model: nn.Module) -> str | None:
         return "federation.momentum_buffers: client"
     if not isinstance(trainer.objective, CrossEntropy):
         return "its local objective is not cross-entropy"
-    mro = type(trainer).__mro__
-    owner = next(c for c in mro if "vectorized_term" in c.__dict__)
-    for hook in CLIENT_HOOKS:
-        definer = next(c for c in mro if hook in c.__dict__)
-        if not issubclass(owner, definer):
-            return f"{definer.__name__} overrides {hook}"
     return None
 
 
@@ -69,40 +65,31 @@ class VectorizedExecutor:
     def map(
         self, fn: Callable[[ClientJob], ClientResult], jobs: Sequence[ClientJob]
     ) -> list[ClientResult]:
-        term = None if self.reason else self.trainer.vectorized_term(list(jobs))
-        if term is None or any(job.first_step is not None for job in jobs):
-            reason = self.reason or (
-                "a synchronized first step"
-                if term is not None
-                else f"{self.trainer.config.name} has no vectorized form with these settings"
-            )
-            self._fall_back(reason)
+        synchronized = any(job.first_step is not None for job in jobs)
+        if self.reason or synchronized:
+            self._fall_back(self.reason or "a synchronized first step")
             return [fn(job) for job in jobs]
         self.ran.add(VECTORIZED)
-        fed = self.trainer.fed
+        trainer, head = self.trainer, jobs[0]  # what the round's jobs share
+        step = trainer.client_step(head.round, head.global_state, head.server_state)
         clients = [
             CohortClient(
                 job.client.x,
                 job.client.y,
-                list(self.trainer.client_batches(job)),
-                term.extras(job.client_state),
+                list(trainer.client_batches(job)),
+                step.extras(job.client_state),
             )
             for job in jobs
         ]
-        settings = SGDSettings(jobs[0].lr, self.trainer.momentum, fed.weight_decay)
+        settings = SGDSettings(head.lr, trainer.momentum, trainer.fed.weight_decay)
         try:
-            trained = train_cohort(self.model, jobs[0].global_state, clients, settings, term)
+            trained = train_cohort(self.model, head.global_state, clients, settings, step)
         except CohortDivergence as diverged:
             raise ClientDiverged(jobs[diverged.position].client.id, diverged.divergence) from None
-        results = []
-        for job, result in zip(jobs, trained, strict=True):
-            if result.client_state is not None:
-                job.client_state.clear()
-                job.client_state.update(result.client_state)
-            results.append(
-                ClientResult(job.client.id, result.state, job.client.n, result.stats, result.upload)
-            )
-        return results
+        return [
+            trainer.finished(job, step, result.state, result.stats)
+            for job, result in zip(jobs, trained, strict=True)
+        ]
 
     def _fall_back(self, reason: str) -> None:
         if SEQUENTIAL not in self.ran:

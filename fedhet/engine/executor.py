@@ -12,8 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
+from fedhet.engine.local import Divergence
+
 Job = TypeVar("Job")
 Result = TypeVar("Result")
+
+
+class ClientDiverged(Exception):
+    """A client's local training diverged (raised through the executor; the round fails)."""
+
+    def __init__(self, client: int, divergence: Divergence):
+        super().__init__(f"client {client}: {divergence}")
 
 
 class ClientExecutor(Protocol):

@@ -83,16 +83,16 @@ def local_sgd(
     batches: Iterator[torch.Tensor],
     optimizer: torch.optim.Optimizer,
     loss_fn: LossFn,
-    before_step: GradHook | None = None,
+    before_step: GradHook,
+    after_step: GradHook,
     first_step: Callable[[nn.Module], torch.Tensor] | None = None,
-    after_step: GradHook | None = None,
 ) -> LocalStats:
     """Run SGD over `batches` of the client's data.
 
-    `before_step` may rewrite gradients (SCAFFOLD's correction), `after_step` the parameters
-    after each optimizer step (SCAFFOLD as its authors' code); `first_step`, when given,
-    replaces the first step's forward/backward (FedTAN's synchronized step): it must set the
-    gradients and return the loss.
+    `before_step` may rewrite gradients before each optimizer step, `after_step` the parameters
+    after it (a client step's corrections, fedhet.engine.client_step.OneClient); `first_step`,
+    when given, replaces the first step's forward/backward (FedTAN's synchronized step): it
+    must set the gradients and return the loss.
     """
     model.train()
     total, steps = 0.0, 0
@@ -106,11 +106,9 @@ def local_sgd(
         value = float(loss.detach())
         if not math.isfinite(value):
             raise Divergence(step, value)
-        if before_step is not None:
-            before_step(model)
+        before_step(model)
         optimizer.step()
-        if after_step is not None:
-            after_step(model)
+        after_step(model)
         total += value
         steps += 1
     return LocalStats(steps, total / max(steps, 1))

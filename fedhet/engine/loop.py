@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+import zarr
 from torch import nn
 
 from fedhet.core.errors import DivergedError
 from fedhet.core.rng import numpy_rng, torch_generator
+from fedhet.core.spec import Spec
+from fedhet.data.partition import Partition
 from fedhet.engine import tensors
-from fedhet.engine.executor import ClientExecutor, SequentialExecutor
+from fedhet.engine.client_executors import client_executor
+from fedhet.engine.executor import ClientDiverged, ClientExecutor, SequentialExecutor
 from fedhet.engine.extension import continuation
 from fedhet.engine.local import Divergence
 from fedhet.engine.run_format import Checkpoints, RunState
 from fedhet.engine.schedule import round_lr
-from fedhet.engine.setup import TrainSetup
+from fedhet.engine.setup import TrainSetup, build_setup
 from fedhet.engine.system import RoundPlan, local_steps, plan_round
 from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import ClientJob, ClientResult, Traffic, Trainer
@@ -67,13 +72,11 @@ def mean_over_clients(values: list[float]) -> float:
 
 
 RoundCallback = Callable[[int, dict[str, float]], None]
+Say = Callable[[str], None]
 
 
-class ClientDiverged(Exception):
-    """A client's local training diverged (raised through the executor; the round fails)."""
-
-    def __init__(self, client: int, divergence: Divergence):
-        super().__init__(f"client {client}: {divergence}")
+def _silent(line: str) -> None:
+    pass
 
 
 class Engine:
@@ -95,6 +98,32 @@ class Engine:
         self.weights_all = np.asarray(setup.sizes, dtype=np.float64) / sum(setup.sizes)
         self.holders = setup.holders  # only clients holding samples are ever sampled
         self.continuation: RunState | None = None  # set by `run`: what a longer run goes on from
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: Spec,
+        folder: Path,
+        partition: zarr.Group | Partition | None = None,
+        *,
+        extras: dict[str, object] | None = None,
+        trainer: type[Trainer] | None = None,
+        on_round: RoundCallback | None = None,
+        say: Say = _silent,
+        announce: Say = _silent,
+    ) -> Engine:
+        """The engine of a run of `spec`, checkpointing into `folder` every
+        `runtime.checkpoint_every` rounds: the clients of `partition` (`build_setup`; by default
+        the spec's, computed in memory), the artifacts of the run's other upstream stages
+        (`extras`, by role), the algorithm's trainer (or `trainer`, a subclass of it), and the
+        client executor `runtime.clients` asks for. `say` gets the executor's one line,
+        `announce` the checkpoints' lines."""
+        setup = build_setup(spec, partition)
+        setup.extras.update(extras or {})
+        algorithm = (trainer or spec.algorithm.trainer_class())(spec.algorithm, setup)
+        executor = client_executor(spec.runtime.clients, algorithm, setup.device, say)
+        checkpoints = Checkpoints(folder, setup.device, announce)
+        return cls(algorithm, setup, checkpoints, spec.runtime.checkpoint_every, on_round, executor)
 
     def initial_state(self, start: RunState | None = None) -> RunState:
         """The latest checkpoint or `start` (a stored shorter run's continuation), whichever is

@@ -1,7 +1,8 @@
 """What a run trains on: the spec, the dataset, the clients' data and the device.
 
 Every stage that needs the clients' data (train, TCT's entk, FedBR's pseudo) and `fedhet eval`
-build it the same way, from the spec and the run's partition artifact: `build_setup`.
+build it the same way, from the spec and the run's partition artifact: `build_setup` (which
+also computes the partition in memory, for an engine built outside a store: tests, notebooks).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fedhet.core.spec import Spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import Dataset, Interpolation, load_data, rotate
 from fedhet.data.partition import Partition
-from fedhet.data.partition_stage import load_partition
+from fedhet.data.partition_stage import load_partition, spec_partition
 
 
 @dataclass
@@ -63,11 +64,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_setup(spec: Spec, partition_group: zarr.Group) -> TrainSetup:
-    """Dataset, clients (with their feature shift applied) and device for a run."""
+def build_setup(spec: Spec, partition: zarr.Group | Partition | None = None) -> TrainSetup:
+    """Dataset, clients (with their feature shift applied) and device for a run; the clients
+    of `partition`, the run's stored partition artifact or a Partition, by default the spec's
+    computed here as its partition stage computes it."""
     device = resolve_device(spec.runtime.device)
-    ds = load_data(spec.data)
-    part = load_partition(partition_group)
+    ds = load_data(spec.data, seed=spec.seed)
+    if partition is None:
+        part = spec_partition(spec)
+    elif isinstance(partition, Partition):
+        part = partition
+    else:
+        part = load_partition(partition)
     mode = spec.partition.interpolation
     clients = [
         client_data(ds, part, cid, idx, device, mode) for cid, idx in enumerate(part.client_indices)

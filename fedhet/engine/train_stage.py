@@ -18,7 +18,7 @@ import zarr
 from fedhet.core.pipeline import RunContext, StageNode, announce, stage
 from fedhet.data.partition import empty_clients_note
 from fedhet.engine import tensorboard, tensors
-from fedhet.engine.client_executors import client_executor, executor_name
+from fedhet.engine.client_executors import executor_name
 from fedhet.engine.extension import stored_prefix
 from fedhet.engine.loop import Engine
 from fedhet.engine.progress import stage_progress
@@ -30,7 +30,6 @@ from fedhet.engine.run_format import (
     write_continuation,
     write_metrics,
 )
-from fedhet.engine.setup import build_setup
 from fedhet.metrics.summary import summarize
 
 
@@ -67,11 +66,6 @@ def start(
 @stage("train", progress=resume_point)
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
     spec = ctx.spec
-    setup = build_setup(spec, ctx.upstream(node, "partition"))
-    for role in node.upstream:
-        if role != "partition":
-            setup.extras[role] = ctx.upstream(node, role)
-    trainer = spec.algorithm.trainer_class()(spec.algorithm, setup)
     rounds = spec.federation.rounds
     with stage_progress(ctx.console, spec.runtime.progress, "round") as progress:
         label = ctx.labels.get(node.key) or f"{spec.name}: {spec.algorithm.name}"
@@ -90,22 +84,19 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         def say(line: str) -> None:
             ctx.console.print(f"train {node.key[:12]}: {line}", markup=False, soft_wrap=True)
 
-        executor = client_executor(
-            spec.runtime.clients,
-            trainer,
-            setup.device,
-            lambda line: ctx.console.print(line, markup=False, soft_wrap=True),
-        )
-        engine = Engine(
-            trainer,
-            setup,
-            Checkpoints(partial, setup.device, announce=say),
-            spec.runtime.checkpoint_every,
-            on_round,
-            executor,
+        engine = Engine.from_spec(
+            spec,
+            partial,
+            ctx.upstream(node, "partition"),
+            extras={
+                role: ctx.upstream(node, role) for role in node.upstream if role != "partition"
+            },
+            on_round=on_round,
+            say=lambda line: ctx.console.print(line, markup=False, soft_wrap=True),
+            announce=say,
         )
         state = start(node, ctx, engine, out, partial)
-        note = empty_clients_note(setup.sizes)
+        note = empty_clients_note(engine.setup.sizes)
         if note:
             ctx.console.print(note)
         progress.update(task, completed=state.round)
@@ -115,7 +106,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         finally:
             if events is not None:
                 events.close()
-    out.attrs["environment"] = {"clients": executor_name(executor)}  # completed by the store
+    out.attrs["environment"] = {"clients": executor_name(engine.executor)}  # completed by store
     write_metrics(out, state.metrics)
     write_continuation(out, engine.continuation)
     model = out.create_group("model")

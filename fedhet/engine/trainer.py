@@ -4,15 +4,17 @@ fedhet.engine.description.MethodConfig.)
 
 A trainer is a few functions over explicit state:
 - `init_server_state(global_state)`: extra server-side tensors (e.g. SCAFFOLD's control);
-- `client_update(job)`: local training from the global state, returning a `ClientResult`;
+- `client_step(round, global_state, server_state)`: the method's part of a client's local SGD
+  (`fedhet.engine.client_step.ClientStep`: a loss term, a gradient correction, a parameter
+  correction after each step, and what a trained client uploads and keeps), written once: the
+  sequential executor runs it one client at a time, the vectorized one for the round's cohort;
 - `aggregate(round, global_state, server_state, results, weights)`: the new global state;
-- hooks: `local_loss` (the local objective), `before_step` (gradient rewriting), `after_step`
-  (parameter rewriting after each optimizer step),
-  `synchronized_first_step` (a lockstep step across the round's clients, returning the
+- hooks: `synchronized_first_step` (a lockstep step across the round's clients, returning the
   `Traffic` it adds), `download`/`shared` (what crosses the network, for accounting),
-  `evaluation_states` (personalized models to evaluate) and `build_model`;
-- `vectorized_term(jobs)`: the trainer's part of local training when the round's clients train
-  as one batched computation (`fedhet.engine.vectorized`); None where it cannot.
+  `evaluation_states` (personalized models to evaluate) and `build_model`.
+A method whose clients train in a way no client step states (FedBR's adversarial rounds,
+FedImpro's feature statistics) overrides `client_update` (and `local_loss`, the data term) and
+declares `vectorizable = False`: its clients then train one at a time.
 The engine owns the round loop, sampling, evaluation, metrics and checkpoints.
 """
 
@@ -21,21 +23,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from fedhet.data.clients import ClientData
 from fedhet.engine import momentum_buffers, objectives, tensors
+from fedhet.engine.client_step import ClientStep, OneClient
 from fedhet.engine.description import MethodConfig
 from fedhet.engine.local import LocalStats, batch_schedule, local_sgd, sgd
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
-from fedhet.engine.vectorized import LocalTerm
-
-# The client-side hooks a `vectorized_term` must stand for: a trainer that overrides one of them
-# below the class defining its `vectorized_term` trains sequentially.
-CLIENT_HOOKS = ("client_update", "local_loss", "before_step", "after_step")
 
 
 @dataclass
@@ -73,6 +72,18 @@ class Traffic:
 
 
 class Trainer:
+    # False for a trainer whose own `client_update` trains its clients (one at a time)
+    vectorizable: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        own = [hook for hook in ("client_update", "local_loss") if hook in cls.__dict__]
+        if own and cls.vectorizable:
+            raise TypeError(
+                f"{cls.__name__} overrides {own[0]}, which no vectorized round runs: declare "
+                "vectorizable = False, or state the change as its client_step"
+            )
+
     def __init__(self, config: MethodConfig, setup: TrainSetup):
         self.config = config
         self.setup = setup
@@ -145,16 +156,16 @@ class Trainer:
 
     # --- client side --------------------------------------------------------------------
 
+    def client_step(self, round: int, global_state: Tensors, server_state: Tensors) -> ClientStep:
+        """The round's client step (FedAvg's adds nothing), built from what the round's clients
+        share; each client's own tensors come from its state (`ClientStep.extras`)."""
+        return ClientStep()
+
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
+        """The data term of a client's loss (the client step adds its own)."""
         return self.objective.loss(model, x, y, job.generator)
-
-    def before_step(self, job: ClientJob, model: nn.Module) -> None:
-        """Rewrite gradients after backward, before the optimizer step."""
-
-    def after_step(self, job: ClientJob, model: nn.Module) -> None:
-        """Rewrite parameters after each optimizer step."""
 
     def local_steps(self, job: ClientJob) -> int:
         return job.steps
@@ -164,13 +175,11 @@ class Trainer:
             job.client.n, self.fed.batch_size, self.local_steps(job), job.generator
         )
 
-    def vectorized_term(self, jobs: list[ClientJob]) -> LocalTerm | None:
-        """The round's local training as a `LocalTerm` (FedAvg's adds nothing), for the
-        vectorized executor; None: this trainer's clients train one at a time."""
-        return LocalTerm()
-
     def client_update(self, job: ClientJob) -> ClientResult:
+        """One client's local SGD with the round's client step, as a cohort of one."""
         model = job.model
+        step = self.client_step(job.round, job.global_state, job.server_state)
+        one = OneClient(step, model, step.extras(job.client_state), job.lr)
         optimizer = sgd(model, job.lr, self.momentum, self.fed)
         carried = 0.0
         if self.keeps_buffers:
@@ -180,12 +189,21 @@ class Trainer:
             job.client,
             self.client_batches(job),
             optimizer,
-            lambda m, x, y: self.local_loss(job, m, x, y),
-            before_step=lambda m: self.before_step(job, m),
-            first_step=job.first_step,
-            after_step=lambda m: self.after_step(job, m),
+            lambda m, x, y: one.loss(self.local_loss(job, m, x, y)),
+            one.before_step,
+            one.after_step,
+            job.first_step,
         )
         if self.keeps_buffers:
             momentum_buffers.keep(optimizer, model, job.client_state, stats.steps, carried)
             stats.carried = carried
-        return ClientResult(job.client.id, tensors.clone(model.state_dict()), job.client.n, stats)
+        return self.finished(job, step, tensors.clone(model.state_dict()), stats)
+
+    def finished(
+        self, job: ClientJob, step: ClientStep, state: Tensors, stats: LocalStats
+    ) -> ClientResult:
+        """The result of a client trained to `state` (either executor): what its step uploads,
+        and its persistent state updated with what the step keeps."""
+        upload, kept = step.finish(job.client_state, state, stats, job.lr)
+        job.client_state.update(kept)
+        return ClientResult(job.client.id, state, job.client.n, stats, upload)

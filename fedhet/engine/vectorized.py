@@ -5,8 +5,8 @@ dominates the arithmetic. Here the cohort's parameters are stacked along a leadi
 and every local step computes every active client's gradient at once: client i takes its own
 batch (the indices `batch_schedule` draws from its own generator, so the steps are those of
 `local_sgd`), and the update is torch.optim.SGD's own (`torch.optim.sgd.sgd`, the multi-tensor
-form) on the stacked parameters, in the same order (gradient, algorithm correction, weight
-decay, momentum, step).
+form) on the stacked parameters, in the same order (gradient, the client step's correction,
+weight decay, momentum, step, the client step's correction after it).
 
 - How the gradients are computed depends on the model (`cohort_gradients`): a chain of Linear,
   ReLU and Flatten layers (the MLP) runs as batched matmuls over the client dim with stacked
@@ -18,9 +18,8 @@ decay, momentum, step).
 - Ragged batches (batch_size not dividing n): batches are padded to batch_size and the loss is
   sum(loss * mask) / count over the client's own samples, the mean `F.cross_entropy` takes.
 - Memory: clients train in chunks whose size comes from a memory budget (`chunk_size`).
-- Algorithms plug in a `LocalTerm`: a loss term shared by the cohort (FedProx's proximal
-  term), a per-client gradient correction (SCAFFOLD's c - c_i), and what a client uploads
-  once trained. FedNova needs only each client's step count, which every result carries.
+- A method's part is its `ClientStep` (fedhet.engine.client_step), the one the sequential path
+  runs for a cohort of one: here its hooks see the chunk's stacked tensors.
 
 Models whose buffers change in training (BatchNorm's running statistics) cannot run here:
 `cannot_vectorize` says why, and such runs stay on the sequential path.
@@ -37,6 +36,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.optim.sgd import sgd
 
+from fedhet.engine.client_step import ClientStep
 from fedhet.engine.local import Divergence, LocalStats, batch_schedule
 from fedhet.engine.tensors import Tensors
 
@@ -45,8 +45,8 @@ DEFAULT_BUDGET = 1 << 30  # bytes of working memory for one chunk of clients
 
 @dataclass
 class CohortClient:
-    """One client's inputs: its data, the index batches of its local steps, and the per-client
-    tensors its algorithm's `LocalTerm` needs (e.g. SCAFFOLD's c - c_i), keyed by parameter."""
+    """One client's inputs: its data, the index batches of its local steps, and its extras for
+    the client step (`ClientStep.extras`, e.g. SCAFFOLD's c - c_i), keyed by parameter."""
 
     x: Tensor
     y: Tensor
@@ -78,47 +78,6 @@ class SGDSettings:
 class CohortResult:
     state: Tensors  # the client's model state after local training
     stats: LocalStats
-    upload: Tensors = field(default_factory=dict)
-    client_state: Tensors | None = None  # the client's new persistent state (None: unchanged)
-
-
-class LocalTerm:
-    """An algorithm's part of local training; the base class adds nothing (FedAvg, FedNova)."""
-
-    def extras(self, client_state: Tensors) -> Tensors:
-        """A client's `CohortClient.extras` from its persistent state."""
-        return {}
-
-    def loss(self, params: Tensors) -> Tensor | float:
-        """Each client's term added to its data loss, [clients] (`params`: stacked)."""
-        return 0.0
-
-    def correct(self, grads: Tensors, extras: Tensors) -> Tensors:
-        """Stacked gradients rewritten before the optimizer step (`extras`: stacked alike)."""
-        return grads
-
-    def finish(self, client: CohortClient, result: CohortResult, lr: float) -> None:
-        """Set what a trained client uploads besides its model and its new persistent state."""
-
-
-class ProximalTerm(LocalTerm):
-    """mu/2 ||w - anchor||^2 added to the loss (FedProx, anchored at the global model)."""
-
-    def __init__(self, mu: float, anchor: Tensors):
-        self.mu, self.anchor = mu, anchor
-
-    def loss(self, params: Tensors) -> Tensor | float:
-        if self.mu == 0:
-            return 0.0
-        prox = sum(((p - self.anchor[n]) ** 2).flatten(1).sum(1) for n, p in params.items())
-        return 0.5 * self.mu * prox
-
-
-class GradientCorrection(LocalTerm):
-    """Each client's `extras` added to its gradients before the step (SCAFFOLD's c - c_i)."""
-
-    def correct(self, grads: Tensors, extras: Tensors) -> Tensors:
-        return {n: g + extras[n] for n, g in grads.items()}
 
 
 def cannot_vectorize(model: nn.Module) -> str | None:
@@ -161,7 +120,7 @@ def train_cohort(
     start: Tensors,
     clients: Sequence[CohortClient],
     settings: SGDSettings,
-    term: LocalTerm | None = None,
+    step: ClientStep | None = None,
     budget: int = DEFAULT_BUDGET,
 ) -> list[CohortResult]:
     """Local SGD of every client from the model state `start`, results in the clients' order.
@@ -172,16 +131,16 @@ def train_cohort(
     reason = cannot_vectorize(model)
     if reason is not None:
         raise ValueError(f"cannot train vectorized: {reason}")
-    term = term or LocalTerm()
+    step = step or ClientStep()
     batch_size = max(len(b) for c in clients for b in c.batches)
     extras = sum(e.numel() for e in clients[0].extras.values())
     size = chunk_size(model, clients[0].x[0], batch_size, extras, budget)
-    gradients = cohort_gradients(model, start, clients[0].x[0], term)
+    gradients = cohort_gradients(model, start, clients[0].x[0], step)
     order = sorted(range(len(clients)), key=lambda i: -clients[i].steps)
     results: dict[int, CohortResult | Divergence] = {}
     for first in range(0, len(order), size):
         positions = order[first : first + size]
-        chunk = _Chunk(model, start, [clients[i] for i in positions], settings, term, gradients)
+        chunk = _Chunk(model, start, [clients[i] for i in positions], settings, step, gradients)
         results.update(zip(positions, chunk.train(), strict=True))
     for position in range(len(clients)):
         if isinstance(results[position], Divergence):
@@ -215,15 +174,15 @@ class Gradients:
 
 
 def cohort_gradients(
-    model: nn.Module, start: Tensors, sample: Tensor, term: LocalTerm
+    model: nn.Module, start: Tensors, sample: Tensor, step: ClientStep
 ) -> Gradients:
     """The fastest exact way to compute a cohort's gradients for `model` (`sample`: one input):
     stacked matmuls for a chain of Linear, ReLU and Flatten layers, vmap otherwise."""
     layers = linear_chain(model, sample)
     if layers is not None:
-        return StackedGradients(model, layers, term)
+        return StackedGradients(model, layers, step)
     buffers = {n: start[n] for n, _ in model.named_buffers()}
-    return VmapGradients(model, buffers, term)
+    return VmapGradients(model, buffers, step)
 
 
 def linear_chain(model: nn.Module, sample: Tensor) -> list[nn.Module] | None:
@@ -267,7 +226,7 @@ class StackedGradients(Gradients):
     batched matmul over the client dim, and one backward of the sum of the clients' losses
     gives every client the gradient of its own loss."""
 
-    def __init__(self, model: nn.Module, layers: list[nn.Module], term: LocalTerm):
+    def __init__(self, model: nn.Module, layers: list[nn.Module], step: ClientStep):
         names = {id(p): n for n, p in model.named_parameters()}
         self.layers = [
             (
@@ -277,7 +236,7 @@ class StackedGradients(Gradients):
             )
             for m in layers
         ]
-        self.term = term
+        self.step = step
         self.weights = {weight for kind, weight, _ in self.layers if kind is nn.Linear}
 
     def layout(self, name: str, stacked: Tensor) -> Tensor:
@@ -302,7 +261,10 @@ class StackedGradients(Gradients):
             else:
                 h = torch.baddbmm(leaves[bias].unsqueeze(1), h, leaves[weight].transpose(1, 2))
         losses = F.cross_entropy(h.flatten(0, 1), y.flatten(), reduction="none").view_as(y)
-        loss = (losses * mask).sum(1) / count + self.term.loss(leaves)
+        loss = (losses * mask).sum(1) / count
+        term = self.step.loss(leaves)
+        if term is not None:
+            loss = loss + term
         grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
         return dict(zip(leaves, grads, strict=True)), loss.detach()
 
@@ -310,20 +272,21 @@ class StackedGradients(Gradients):
 class VmapGradients(Gradients):
     """Any model: `vmap(grad_and_value(...))` of one client's loss via `functional_call`."""
 
-    def __init__(self, model: nn.Module, buffers: Tensors, term: LocalTerm):
-        self.model, self.buffers, self.term = model, buffers, term
-        self.step = vmap(grad_and_value(self._loss))
+    def __init__(self, model: nn.Module, buffers: Tensors, step: ClientStep):
+        self.model, self.buffers, self.step = model, buffers, step
+        self.vmapped = vmap(grad_and_value(self._loss))
 
     def __call__(
         self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor
     ) -> tuple[Tensors, Tensor]:
-        return self.step(params, x, y, mask, count)
+        return self.vmapped(params, x, y, mask, count)
 
     def _loss(self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor) -> Tensor:
         logits = functional_call(self.model, (params, self.buffers), (x,))
         losses = F.cross_entropy(logits, y, reduction="none")
-        own = {n: p.unsqueeze(0) for n, p in params.items()}  # this client as a cohort of one
-        return ((losses * mask).sum() / count + self.term.loss(own)).sum()
+        loss = (losses * mask).sum() / count
+        term = self.step.loss({n: p.unsqueeze(0) for n, p in params.items()})  # a cohort of one
+        return loss if term is None else (loss + term).sum()
 
 
 class _Chunk:
@@ -335,11 +298,11 @@ class _Chunk:
         start: Tensors,
         clients: list[CohortClient],
         settings: SGDSettings,
-        term: LocalTerm,
+        step: ClientStep,
         gradients: Gradients,
     ):
         self.start, self.clients = start, clients
-        self.settings, self.term, self.gradients = settings, term, gradients
+        self.settings, self.step, self.gradients = settings, step, gradients
         names = [n for n, _ in model.named_parameters()]
         self.buffers = {n: start[n] for n, _ in model.named_buffers()}
         count = len(clients)
@@ -397,7 +360,8 @@ class _Chunk:
                 params, self.x[idx], self.y[idx], self.mask[s, :active], self.count[s, :active]
             )
             losses[s, :active] = loss
-            grads = self.term.correct(grads, {n: e[:active] for n, e in self.extras.items()})
+            extras = {n: e[:active] for n, e in self.extras.items()}
+            grads = self.step.correct(grads, extras)
             sgd(
                 list(params.values()),
                 [grads[n] for n in names],
@@ -410,6 +374,7 @@ class _Chunk:
                 nesterov=False,
                 maximize=False,
             )
+            self.step.after_step(params, extras, settings.lr)
         return self._results(losses)
 
     def _results(self, losses: Tensor) -> list[CohortResult | Divergence]:
@@ -430,7 +395,7 @@ class _Chunk:
                 n: b.clone() for n, b in self.buffers.items()
             }
             state = {n: state[n] for n in self.start}
-            result = CohortResult(state, LocalStats(client.steps, float(own.sum()) / client.steps))
-            self.term.finish(client, result, self.settings.lr)
-            results.append(result)
+            results.append(
+                CohortResult(state, LocalStats(client.steps, float(own.sum()) / client.steps))
+            )
         return results

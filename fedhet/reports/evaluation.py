@@ -173,7 +173,8 @@ def network_scores(
     part = load_partition(ctx.upstream(run.node, "partition"))
     own_angle = None
     if part.angles is not None:
-        x = own_angle_test(load_data(run.spec.data), part, run.spec.partition.interpolation)
+        unrotated = load_data(run.spec.data, seed=run.spec.seed)
+        x = own_angle_test(unrotated, part, run.spec.partition.interpolation)
         x = x.to(setup.device)
         states = trainer.evaluation_states(chosen, own)
         own_angle = float(np.mean([scores(state, x, ds.test_y)[0] for state in states]))

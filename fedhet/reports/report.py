@@ -348,10 +348,12 @@ def write_report(
     train: bool = False,
     baseline: str | None = None,
     floor: float = FLOOR_ACCURACY,
+    tuning: str | None = None,
 ) -> tuple[Path, Path]:
     """The report of `runs` into `out_dir` (markdown and curves); the paired comparisons are
     against `baseline` (an algorithm label), else the matrix's first algorithm, and call a
-    difference a gain from `floor` (a fraction of accuracy) up."""
+    difference a gain from `floor` (a fraction of accuracy) up. `tuning`: the section that says
+    how the runs' configurations were tuned (`fedhet report --tuned`)."""
     reference = reference_algorithm(runs, baseline)
     console = console or Console(stderr=True)
     rows = collect(runs, store, console, train)
@@ -370,7 +372,7 @@ def write_report(
             "† k/n: k of the cell's n runs diverged (non-finite loss or model); they count with "
             "the rounds before the divergence.\n\n"
         )
-    sections = [markdown_table(rows)]
+    sections = [markdown_table(rows), *([tuning] if tuning else [])]
     if validated(rows):
         sections.append(
             "## Test accuracy at the best validation round\n\nThe model selection of a run with "

@@ -7,16 +7,19 @@ sample-steps matches.
 
 import torch
 
-from fedhet.core.spec import AlgorithmSpec
-from fedhet.data.clients import ClientData
-from fedhet.engine.setup import TrainSetup
-from fedhet.engine.system import num_local_steps
-from fedhet.engine.tensors import Tensors
-from fedhet.engine.trainer import ClientJob, Trainer
+from fedhet.plugin import (
+    ClientData,
+    ClientJob,
+    MethodConfig,
+    Tensors,
+    Trainer,
+    TrainSetup,
+    num_local_steps,
+)
 
 
 class Centralized(Trainer):
-    def __init__(self, config: AlgorithmSpec, setup: TrainSetup):
+    def __init__(self, config: MethodConfig, setup: TrainSetup):
         super().__init__(config, setup)
         self.per_round = setup.clients_per_round  # before the clients become their union
         self.fraction = self.per_round / len(setup.holders)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from fedhet.core.errors import InputError
-from fedhet.engine.description import MethodConfig
+from fedhet.plugin import InputError, MethodConfig
 
 
 class CentralizedConfig(MethodConfig):

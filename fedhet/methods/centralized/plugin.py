@@ -1,7 +1,7 @@
 """Registers centralized with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
 from fedhet.methods.centralized.config import CentralizedConfig
+from fedhet.plugin import Method
 
 METHOD = Method(
     "centralized",

@@ -1,7 +1,7 @@
 """Registers fedavg with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
 from fedhet.methods.fedavg.config import FedAvgConfig
+from fedhet.plugin import Method
 
 METHOD = Method(
     "fedavg",

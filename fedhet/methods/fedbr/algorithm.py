@@ -23,17 +23,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.core.rng import derive_seed, torch_generator
-from fedhet.core.spec import FederationSpec
-from fedhet.engine import tensors
-from fedhet.engine.local import Divergence, LocalStats
-from fedhet.engine.setup import TrainSetup
-from fedhet.engine.tensors import Tensors
-from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
 from fedhet.methods.fedbr.config import FedBRConfig
 from fedhet.methods.fedbr.pseudo import draw, mix_with_local, uniform_labels
 from fedhet.methods.fedbr.pseudo_stage import load_pseudo, pools, round_generator
-from fedhet.models import FedModel
+from fedhet.plugin import (
+    ClientJob,
+    ClientResult,
+    Divergence,
+    FederationSpec,
+    FedModel,
+    LocalStats,
+    Tensors,
+    Trainer,
+    TrainSetup,
+    derive_seed,
+    tensors,
+    torch_generator,
+)
 
 # --- model ------------------------------------------------------------------------------
 
@@ -191,6 +197,8 @@ class LocalRound:
 
 
 class FedBR(Trainer):
+    vectorizable = False  # its own adversarial local rounds
+
     def __init__(self, config: FedBRConfig, setup: TrainSetup):
         super().__init__(config, setup)
         self._pseudo: tuple[int, torch.Tensor] | None = None  # (round, x) last sent

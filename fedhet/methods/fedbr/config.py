@@ -7,13 +7,19 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.core.errors import InputError
-from fedhet.core.pipeline import StageNode
-from fedhet.core.sections import MAX_COUNT, MAX_WIDTH, OMIT_IF_DEFAULT, Section
-from fedhet.core.spec import DatasetName, Spec
-from fedhet.data.partition_plan import partition_node
-from fedhet.engine.description import MethodConfig
-from fedhet.engine.train_plan import train_node
+from fedhet.plugin import (
+    MAX_COUNT,
+    MAX_WIDTH,
+    OMIT_IF_DEFAULT,
+    DatasetName,
+    InputError,
+    MethodConfig,
+    Section,
+    Spec,
+    StageNode,
+    partition_node,
+    train_node,
+)
 
 
 class PseudoSpec(Section):

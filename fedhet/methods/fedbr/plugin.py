@@ -1,7 +1,7 @@
 """Registers fedbr with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
 from fedhet.methods.fedbr.config import FedBRConfig
+from fedhet.plugin import Method
 
 METHOD = Method(
     "fedbr",

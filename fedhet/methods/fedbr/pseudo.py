@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from fedhet.core.errors import InputError
+from fedhet.plugin import InputError
 
 
 @dataclass

@@ -16,13 +16,17 @@ import numpy as np
 import torch
 import zarr
 
-from fedhet.core.pipeline import RunContext, StageNode, stage
-from fedhet.core.rng import torch_generator
-from fedhet.core.spec import Spec
-from fedhet.core.store import create_array
-from fedhet.data.datasets import load_data
-from fedhet.engine.setup import build_setup
 from fedhet.methods.fedbr.pseudo import draw, uniform_labels
+from fedhet.plugin import (
+    RunContext,
+    Spec,
+    StageNode,
+    build_setup,
+    create_array,
+    load_data,
+    stage,
+    torch_generator,
+)
 
 
 def pools(
@@ -42,7 +46,7 @@ def round_generator(seed: int, rnd: int) -> torch.Generator:
 @stage("pseudo")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
     spec, config = ctx.spec, node.config
-    ds = load_data(spec.data)
+    ds = load_data(spec.data, seed=spec.seed)
     client_x = []
     if config["kind"] == "rsm":
         setup = build_setup(spec, ctx.upstream(node, "partition"))

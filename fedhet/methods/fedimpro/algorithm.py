@@ -27,10 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.core.rng import torch_generator
-from fedhet.engine.setup import TrainSetup
-from fedhet.engine.tensors import Tensors
-from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
 from fedhet.methods.fedimpro.config import FedImproConfig, resolve_split
 from fedhet.methods.fedimpro.objective import sampled_feature_loss
 from fedhet.methods.fedimpro.statistics import (
@@ -39,6 +35,7 @@ from fedhet.methods.fedimpro.statistics import (
     init_statistics,
     update_statistics,
 )
+from fedhet.plugin import ClientJob, ClientResult, Tensors, Trainer, TrainSetup, torch_generator
 
 MEAN, VAR = "feature_mean", "feature_var"
 INIT_STD = 0.1  # std of the statistics before any client reported (the authors' code)
@@ -51,6 +48,8 @@ INIT_STD = 0.1  # std of the statistics before any client reported (the authors'
 
 
 class FedImpro(Trainer):
+    vectorizable = False  # its clients' running feature statistics change at every step
+
     def __init__(self, config: FedImproConfig, setup: TrainSetup):
         super().__init__(config, setup)
         model = self.build_model()

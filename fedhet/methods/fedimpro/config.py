@@ -6,9 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fedhet.core.errors import InputError
-from fedhet.core.sections import MAX_COUNT
-from fedhet.engine.description import MethodConfig
+from fedhet.plugin import MAX_COUNT, InputError, MethodConfig
 
 Objective = Literal["official", "mixture"]
 Source = Literal["global", "client"]

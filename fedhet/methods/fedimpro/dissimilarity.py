@@ -16,14 +16,13 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from fedhet.data.clients import ClientData
 from fedhet.methods.fedimpro.objective import (
     Objective,
     parameter_groups,
     sampled_feature_loss,
 )
 from fedhet.methods.fedimpro.statistics import class_moments
-from fedhet.metrics.cgv import LossFn, client_gradient_variance
+from fedhet.plugin import ClientData, LossFn, client_gradient_variance
 
 
 def sampled_objective(

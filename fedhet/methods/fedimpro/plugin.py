@@ -1,7 +1,7 @@
 """Registers fedimpro with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
 from fedhet.methods.fedimpro.config import FedImproConfig
+from fedhet.plugin import Method
 
 METHOD = Method(
     "fedimpro",

@@ -10,9 +10,7 @@ moves further than a_i: its buffer's past gradients keep acting. a_i then counts
 gradient; with equal carried weights and steps this is again exactly FedAvg.
 """
 
-from fedhet.engine import tensors
-from fedhet.engine.local import effective_steps
-from fedhet.engine.trainer import Trainer
+from fedhet.plugin import Trainer, effective_steps, tensors
 
 
 class FedNova(Trainer):

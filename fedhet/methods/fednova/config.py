@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from fedhet.engine.description import MethodConfig
+from fedhet.plugin import MethodConfig
 
 
 class FedNovaConfig(MethodConfig):

@@ -1,7 +1,7 @@
 """Registers fednova with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
 from fedhet.methods.fednova.config import FedNovaConfig
+from fedhet.plugin import Method
 
 METHOD = Method(
     "fednova",

@@ -1,22 +1,24 @@
 """FedProx: FedAvg with the proximal term mu/2 ||w - w_global||^2 in the local objective."""
 
-import torch
-from torch import nn
+from torch import Tensor
 
-from fedhet.engine.trainer import ClientJob, Trainer
-from fedhet.engine.vectorized import ProximalTerm
+from fedhet.plugin import ClientStep, Stacked, Tensors, Trainer
+
+
+class Proximal(ClientStep):
+    """mu/2 ||w - anchor||^2 added to each client's loss, anchored at the round's global model."""
+
+    def __init__(self, mu: float, anchor: Tensors):
+        self.mu, self.anchor = mu, anchor
+
+    def loss(self, params: Stacked) -> Tensor | None:
+        if self.mu == 0:
+            return None
+        prox = sum(((p - self.anchor[n]) ** 2).flatten(1).sum(1) for n, p in params.items())
+        return 0.5 * self.mu * prox
 
 
 class FedProx(Trainer):
-    def local_loss(
-        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        loss = super().local_loss(job, model, x, y)
-        if self.config.mu == 0:
-            return loss
-        prox = sum(((p - job.global_state[n]) ** 2).sum() for n, p in model.named_parameters())
-        return loss + 0.5 * self.config.mu * prox
-
-    def vectorized_term(self, jobs: list[ClientJob]) -> ProximalTerm:
-        anchor = {n: v for n, v in jobs[0].global_state.items() if n in self.param_names}
-        return ProximalTerm(self.config.mu, anchor)
+    def client_step(self, round: int, global_state: Tensors, server_state: Tensors) -> Proximal:
+        anchor = {n: v for n, v in global_state.items() if n in self.param_names}
+        return Proximal(self.config.mu, anchor)

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.engine.description import MethodConfig
+from fedhet.plugin import MethodConfig
 
 
 class FedProxConfig(MethodConfig):

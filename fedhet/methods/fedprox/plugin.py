@@ -1,7 +1,7 @@
 """Registers fedprox with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
 from fedhet.methods.fedprox.config import FedProxConfig
+from fedhet.plugin import Method
 
 METHOD = Method(
     "fedprox",

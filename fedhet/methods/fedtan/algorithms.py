@@ -30,10 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from fedhet.engine import tensors
-from fedhet.engine.tensors import Tensors
-from fedhet.engine.trainer import ClientJob, ClientResult, Traffic, Trainer
 from fedhet.methods.fedtan.sync_bn import Mode, SyncResult, bn_layers, synchronized_gradients
+from fedhet.plugin import ClientJob, ClientResult, Tensors, Traffic, Trainer, tensors
 
 
 def bn_state_names(model: nn.Module, parameters: bool, statistics: bool) -> frozenset[str]:
@@ -124,6 +122,8 @@ def _element_size(model: nn.Module) -> int:
 class FedTANII(FedTAN):
     """FedTAN for `sync_rounds` rounds, then frozen BN statistics and plain FedAvg."""
 
+    vectorizable = False
+
     def frozen(self, round: int) -> bool:
         return round >= self.config.sync_rounds
 
@@ -163,6 +163,7 @@ class FedTANII(FedTAN):
 class _LocalBatchNorm(Trainer):
     """BN state entries in `local_names` stay on each client (kept in its client_state)."""
 
+    vectorizable = False
     local_parameters: ClassVar[bool]
 
     @cached_property

@@ -7,10 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.core.architectures import norm_kinds
-from fedhet.core.errors import InputError
-from fedhet.core.sections import MAX_COUNT
-from fedhet.engine.description import MethodConfig
+from fedhet.plugin import MAX_COUNT, InputError, MethodConfig, norm_kinds
 
 
 class _BatchNormConfig(MethodConfig):

@@ -1,6 +1,5 @@
 """Registers fedtan with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
 from fedhet.methods.fedtan.config import (
     FedAvgAlgorithm2Config,
     FedBNConfig,
@@ -8,6 +7,7 @@ from fedhet.methods.fedtan.config import (
     FedTANIIConfig,
     SiloBNConfig,
 )
+from fedhet.plugin import Method
 
 METHOD = Method(
     "fedtan",

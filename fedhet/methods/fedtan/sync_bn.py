@@ -65,7 +65,7 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 
-from fedhet.core.errors import InputError, RunError
+from fedhet.plugin import InputError, RunError
 
 Mode = Literal["fedtan", "forward_only", "local"]
 LossFn = Callable[[Tensor, Tensor], Tensor]

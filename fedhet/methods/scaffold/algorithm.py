@@ -13,17 +13,69 @@ Invariant kept by `aggregate`: the server control c equals sum_i p_i c_i over AL
 (p_i = n_i / n), so under full participation the corrections c_i - c sum (p-weighted) to zero.
 """
 
-from collections.abc import Iterator
+from typing import Literal
 
 import torch
-from torch import Tensor, nn
 
-from fedhet.engine import tensors
-from fedhet.engine.local import effective_steps
-from fedhet.engine.tensors import Tensors
-from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
-from fedhet.methods.scaffold.control import updated_control
-from fedhet.methods.scaffold.vectorized import ScaffoldCorrection
+from fedhet.plugin import (
+    ClientStep,
+    LocalStats,
+    Stacked,
+    Tensors,
+    Trainer,
+    effective_steps,
+    tensors,
+)
+
+
+class Controlled(ClientStep):
+    """A client's steps corrected by c - c_i (its extras), and its new control once trained."""
+
+    def __init__(
+        self,
+        correction: Literal["gradient", "after_step"],
+        momentum: float,
+        server_control: Tensors,
+        global_state: Tensors,
+    ):
+        self.correction, self.momentum = correction, momentum
+        self.c, self.global_state = server_control, global_state
+
+    def control(self, client_state: Tensors) -> Tensors:
+        """c_i: the client's control variate (0 before its first round)."""
+        return {
+            n: client_state[n] if n in client_state else torch.zeros_like(c)
+            for n, c in self.c.items()
+        }
+
+    def extras(self, client_state: Tensors) -> Tensors:
+        c_i = self.control(client_state)
+        return {n: c - c_i[n] for n, c in self.c.items()}
+
+    def correct(self, grads: Stacked, extras: Stacked) -> Stacked:
+        if self.correction != "gradient":
+            return grads
+        return {n: g + extras[n] for n, g in grads.items()}
+
+    def after_step(self, params: Stacked, extras: Stacked, lr: float) -> None:
+        if self.correction == "after_step":
+            for name, p in params.items():
+                p.sub_(extras[name], alpha=lr)
+
+    def step_count(self, stats: LocalStats) -> float:
+        """a_i: the displacement of the round in units of lr times a gradient (a kept momentum
+        buffer's carried gradient weight included, see `effective_steps`)."""
+        if self.correction == "after_step":
+            return float(stats.steps)
+        return effective_steps(stats.steps, self.momentum, stats.carried)
+
+    def finish(
+        self, client_state: Tensors, state: Tensors, stats: LocalStats, lr: float
+    ) -> tuple[Tensors, Tensors]:
+        """(c_i+ - c_i, c_i+) with c_i+ = c_i - c + (x - y_i) / (a_i lr)."""
+        c_i, scale = self.control(client_state), 1.0 / (self.step_count(stats) * lr)
+        new = {n: c_i[n] - c + scale * (self.global_state[n] - state[n]) for n, c in self.c.items()}
+        return {n: new[n] - c_i[n] for n in new}, new
 
 
 class Scaffold(Trainer):
@@ -34,51 +86,8 @@ class Scaffold(Trainer):
     def download(self, round: int, server_state: Tensors) -> Tensors:
         return server_state
 
-    def before_step(self, job: ClientJob, model: nn.Module) -> None:
-        if self.config.correction == "gradient":
-            for p, correction in self._corrections(job, model):
-                if p.grad is not None:
-                    p.grad.add_(correction)
-
-    @torch.no_grad()
-    def after_step(self, job: ClientJob, model: nn.Module) -> None:
-        if self.config.correction == "after_step":
-            for p, correction in self._corrections(job, model):
-                p.sub_(correction, alpha=job.lr)
-
-    def _corrections(self, job: ClientJob, model: nn.Module) -> Iterator[tuple[Tensor, Tensor]]:
-        """(parameter, c - c_i) for every parameter of the model."""
-        c, c_i = job.server_state, self._client_control(job)
-        for name, p in model.named_parameters():
-            yield p, c[name] - c_i[name]
-
-    def _client_control(self, job: ClientJob) -> Tensors:
-        if not job.client_state:
-            job.client_state.update(tensors.zeros_like(job.server_state))
-        return job.client_state
-
-    def _step_count(self, steps: int, carried: float = 0.0) -> float:
-        """a_i: the displacement of the round in units of lr times a gradient (a kept momentum
-        buffer's `carried` gradient weight included, see `effective_steps`)."""
-        if self.config.correction == "after_step":
-            return float(steps)
-        return effective_steps(steps, self.momentum, carried)
-
-    def client_update(self, job: ClientJob) -> ClientResult:
-        c_i = self._client_control(job)
-        result = super().client_update(job)
-        scale = 1.0 / (self._step_count(result.stats.steps, result.stats.carried) * job.lr)
-        new, result.upload = updated_control(
-            job.server_state, c_i, job.global_state, result.state, scale
-        )
-        c_i.update(new)
-        return result
-
-    def vectorized_term(self, jobs: list[ClientJob]) -> ScaffoldCorrection | None:
-        if self.config.correction != "gradient":
-            return None  # the correction after the optimizer step has no vectorized form
-        job = jobs[0]
-        return ScaffoldCorrection(job.server_state, job.global_state, self._step_count)
+    def client_step(self, round: int, global_state: Tensors, server_state: Tensors) -> Controlled:
+        return Controlled(self.config.correction, self.momentum, server_state, global_state)
 
     def aggregate(self, round, global_state, server_state, results, weights):
         sizes = self.setup.sizes

@@ -6,8 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.core.sections import OMIT_IF_DEFAULT
-from fedhet.engine.description import MethodConfig
+from fedhet.plugin import OMIT_IF_DEFAULT, MethodConfig
 
 
 class ScaffoldConfig(MethodConfig):

@@ -1,7 +1,7 @@
 """Registers scaffold with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
 from fedhet.methods.scaffold.config import ScaffoldConfig
+from fedhet.plugin import Method
 
 METHOD = Method(
     "scaffold",

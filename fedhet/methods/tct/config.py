@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from fedhet.core.errors import InputError
-from fedhet.engine.description import MethodConfig, ModelChoice
-from fedhet.engine.train_plan import train_node
 from fedhet.methods.tct.plan import bootstrap_spec, entk_node, regress_node
 from fedhet.methods.tct.sections import EntkSpec, Stage1Spec, Stage2Spec
+from fedhet.plugin import InputError, MethodConfig, ModelChoice, train_node
 
 if TYPE_CHECKING:
     import zarr
 
-    from fedhet.core.pipeline import RunContext, StageNode
-    from fedhet.core.spec import Spec
-    from fedhet.metrics.accuracy import Scores
+    from fedhet.plugin import RunContext, Scores, Spec, StageNode
 
 
 class TCTConfig(MethodConfig):

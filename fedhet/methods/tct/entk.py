@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from fedhet.core.errors import InputError, RunError
+from fedhet.plugin import InputError, RunError
 
 # Elements in one temporary product block of the Linear/Conv2d coordinate gather: 1 MiB of
 # float32, so the block is still in the L2 cache when it is multiplied and summed (a 16 MiB

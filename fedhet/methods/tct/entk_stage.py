@@ -25,14 +25,6 @@ import torch
 import zarr
 from torch import Tensor, nn
 
-from fedhet.core.errors import RunError
-from fedhet.core.pipeline import RunContext, StageNode, stage
-from fedhet.core.rng import derive_seed
-from fedhet.core.spec import Spec
-from fedhet.core.store import create_array
-from fedhet.engine import tensors
-from fedhet.engine.progress import stage_progress
-from fedhet.engine.setup import TrainSetup, build_setup
 from fedhet.methods.tct.entk import (
     FeatureMoments,
     coordinate_mask,
@@ -41,7 +33,20 @@ from fedhet.methods.tct.entk import (
     trainable_parameter_count,
 )
 from fedhet.methods.tct.sections import EntkSpec
-from fedhet.models import build_model
+from fedhet.plugin import (
+    RunContext,
+    RunError,
+    Spec,
+    StageNode,
+    TrainSetup,
+    build_model,
+    build_setup,
+    create_array,
+    derive_seed,
+    stage,
+    stage_progress,
+    tensors,
+)
 
 DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
 

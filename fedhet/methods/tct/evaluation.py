@@ -13,11 +13,9 @@ import torch
 import zarr
 from torch import Tensor
 
-from fedhet.core.errors import InputError
-from fedhet.engine.description import ModelChoice
 from fedhet.methods.tct.regress_stage import fit_quality, load_splits
 from fedhet.methods.tct.regression import predict
-from fedhet.metrics.accuracy import Scores, class_accuracies
+from fedhet.plugin import InputError, ModelChoice, Scores, class_accuracies
 
 
 def linear_model(regress: zarr.Group, model: ModelChoice) -> tuple[Tensor, Tensor]:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from fedhet.core.errors import InputError
-from fedhet.core.pipeline import StageNode
-from fedhet.core.spec import FederationSpec, Spec, parse_run
 from fedhet.methods.tct.sections import EntkSpec, Stage1Spec, Stage2Spec
+from fedhet.plugin import FederationSpec, InputError, Spec, StageNode, parse_run
 
 ENTK_VERSION = 3  # 2: im2col/batch-last gather; 3: grouped-conv whole gradients (float32 rounding)
 REGRESS_VERSION = 3  # 2: closed-form float64 solver; 3: per-round products in float32 (rounding)

@@ -1,7 +1,7 @@
 """Registers tct with fedhet (entry point `fedhet.methods`); imports no torch."""
 
-from fedhet.core.registry import Method
 from fedhet.methods.tct.config import TCTConfig
+from fedhet.plugin import Method
 
 METHOD = Method(
     "tct",

@@ -36,16 +36,21 @@ import torch
 import zarr
 from torch import Tensor
 
-from fedhet.core.errors import DivergedError
-from fedhet.core.pipeline import RunContext, StageNode, stage
-from fedhet.core.store import create_array
-from fedhet.engine import tensorboard
-from fedhet.engine.progress import stage_progress
-from fedhet.engine.run_format import run_metrics, write_metrics
 from fedhet.methods.tct.least_squares import linear_map
 from fedhet.methods.tct.regression import centered_one_hot, solve
 from fedhet.methods.tct.sections import Stage2Spec
-from fedhet.metrics.summary import summarize
+from fedhet.plugin import (
+    DivergedError,
+    RunContext,
+    StageNode,
+    create_array,
+    run_metrics,
+    stage,
+    stage_progress,
+    summarize,
+    tensorboard,
+    write_metrics,
+)
 
 BYTES_PER_VALUE = 4  # W and b travel in float32
 STAGE1_COSTS = ("bytes_up", "bytes_down", "comm_rounds", "wall_time")

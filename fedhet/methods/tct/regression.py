@@ -39,9 +39,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from fedhet.core.errors import DivergedError, InputError
 from fedhet.methods.tct.closed_form import ExactSteps
 from fedhet.methods.tct.least_squares import LeastSquares, linear_map
+from fedhet.plugin import DivergedError, InputError
 
 Algorithm = Literal["scaffold", "fedavg", "gd"]
 Solver = Literal["closed_form", "explicit"]

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from fedhet.core.sections import MAX_COUNT, MAX_SEED, OMIT_IF_DEFAULT, Section
+from fedhet.plugin import MAX_COUNT, MAX_SEED, OMIT_IF_DEFAULT, Section
 
 
 class Stage1Spec(Section):

@@ -9,9 +9,7 @@ from typing import Annotated
 
 import typer
 
-from fedhet.core.errors import InputError
-from fedhet.core.spec import expand
-from fedhet.core.store import ArtifactStore
+from fedhet.plugin import ArtifactStore, InputError, expand
 
 commands = typer.Typer()
 
@@ -41,9 +39,9 @@ def virtual(
 ) -> None:
     """Compute (or reuse) the VHL virtual dataset of every run and print its summary."""
     spec, out, err = ctx.obj.load(path, overrides=overrides), ctx.obj.out, ctx.obj.err
-    from fedhet.core.pipeline import RunContext, ensure
     from fedhet.methods.vhl.generators import save_grid
     from fedhet.methods.vhl.virtual_stage import load_virtual
+    from fedhet.plugin import RunContext, ensure
 
     st = ArtifactStore(store)
     seen = set()

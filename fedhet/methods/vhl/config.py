@@ -7,20 +7,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from fedhet.core.errors import InputError
-from fedhet.core.pipeline import StageNode
-from fedhet.core.sections import (
+from fedhet.plugin import (
     MAX_CLASSES,
     MAX_COUNT,
     MAX_LAYERS,
     MAX_SEED,
     MAX_WIDTH,
     OMIT_IF_DEFAULT,
+    InputError,
+    ObjectiveConfig,
     Section,
+    Spec,
+    StageNode,
+    data_shape,
 )
-from fedhet.core.spec import Spec
-from fedhet.data.shapes import data_shape
-from fedhet.engine.description import ObjectiveConfig
 
 
 class _GeneratorSpec(Section):

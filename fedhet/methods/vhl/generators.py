@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedhet.core.errors import InputError
 from fedhet.methods.vhl.stylegan2 import StyleGAN2Config, StyleGAN2Generator
+from fedhet.plugin import InputError
 
 GeneratorKind = Literal["stylegan2", "noise", "conv"]
 VirtualScale = Literal["standardize", "clamp"]
@@ -270,7 +270,7 @@ def save_grid(images: Tensor, labels: Tensor, path: str | Path, per_class: int =
     """A labelled grid: one row per class (ascending label), its first `per_class` images."""
     if len(labels) == 0:
         raise InputError("save_grid: no images to draw; pass a non-empty virtual dataset")
-    from fedhet.figures import figure_format, image_grid  # matplotlib only when drawing
+    from fedhet.plugin import figure_format, image_grid  # matplotlib only when drawing
 
     path = Path(path)
     formats = [figure_format(path, "--grid")]

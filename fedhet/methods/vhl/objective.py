@@ -31,17 +31,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedhet.core.errors import RunError
-from fedhet.core.rng import torch_generator
 from fedhet.methods.vhl.augment import crop_and_flip
 from fedhet.methods.vhl.config import VHLSpec
 from fedhet.methods.vhl.generators import CLAMP_MEAN, CLAMP_STD
 from fedhet.methods.vhl.supcon import supcon_loss, vhl_calibration_loss
 from fedhet.methods.vhl.virtual_stage import load_virtual
+from fedhet.plugin import RunError, torch_generator
 
 if TYPE_CHECKING:
-    from fedhet.engine.setup import TrainSetup
-    from fedhet.models import FedModel
+    from fedhet.plugin import FedModel, TrainSetup
 
 
 @dataclass

@@ -2,8 +2,8 @@
 `algorithm: {name: fedavg, vhl: {...}}` trains any algorithm that accepts objectives with VHL.
 Imports no torch: the wrapper (fedhet.methods.vhl.wrapper) is imported on first use."""
 
-from fedhet.core.registry import Method, ObjectiveEntry
 from fedhet.methods.vhl.config import VHLSpec
+from fedhet.plugin import Method, ObjectiveEntry
 
 METHOD = Method(
     "vhl",

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedhet.core.errors import InputError
+from fedhet.plugin import InputError
 
 _LRELU_SLOPE = 0.2
 _LRELU_GAIN = math.sqrt(2.0)  # keeps a leaky-ReLU layer variance-preserving

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedhet.core.errors import InputError
+from fedhet.plugin import InputError
 
 
 def supcon_loss(

@@ -18,10 +18,9 @@ import torch
 import zarr
 from pydantic import TypeAdapter
 
-from fedhet.core.pipeline import RunContext, StageNode, stage
-from fedhet.core.store import create_array
 from fedhet.methods.vhl.config import GeneratorSpec
 from fedhet.methods.vhl.generators import generate
+from fedhet.plugin import RunContext, StageNode, create_array, stage
 
 
 @stage("virtual")

@@ -10,7 +10,7 @@ from fedhet.methods.vhl.config import VHLSpec
 from fedhet.methods.vhl.objective import VHLObjective
 
 if TYPE_CHECKING:
-    from fedhet.engine.setup import TrainSetup
+    from fedhet.plugin import TrainSetup
 
 
 class VHL:

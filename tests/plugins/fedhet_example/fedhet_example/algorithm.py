@@ -3,8 +3,7 @@
 
 import math
 
-from fedhet.engine.tensors import Tensors
-from fedhet.engine.trainer import ClientResult, Trainer
+from fedhet.plugin import ClientResult, Tensors, Trainer
 
 
 class SkewAvg(Trainer):

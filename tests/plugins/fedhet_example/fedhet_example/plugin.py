@@ -6,11 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.core.pipeline import StageNode
-from fedhet.core.registry import Method
-from fedhet.core.spec import Spec
-from fedhet.engine.description import MethodConfig
-from fedhet.engine.train_plan import train_node
+from fedhet.plugin import Method, MethodConfig, Spec, StageNode, train_node
 from fedhet_example.stage import label_skew_node
 
 

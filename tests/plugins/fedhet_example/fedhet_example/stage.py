@@ -10,9 +10,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from fedhet.core.pipeline import RunContext, StageNode, stage
-from fedhet.core.spec import Spec
-from fedhet.data.partition_plan import partition_node
+from fedhet.plugin import RunContext, Spec, StageNode, partition_node, stage
 
 VERSION = 1
 

@@ -1,0 +1,114 @@
+"""A method's part of a client's local SGD, written once for every client executor.
+
+A `ClientStep` is stated over a cohort of clients: every tensor it sees carries a leading client
+dim, parameters and gradients stacked over the clients that train together. The sequential
+executor runs it as a cohort of one (`OneClient`, views of one model's own tensors), the
+vectorized executor (fedhet.engine.vectorized) as the round's cohort; both apply its hooks in
+the order of torch.optim.SGD's step:
+
+    loss = data loss + step.loss(params)          each client's loss, [clients]
+    grads = step.correct(grads, extras)           before the optimizer step
+    optimizer step (weight decay, momentum)
+    step.after_step(params, extras, lr)           after it
+    ...
+    upload, kept = step.finish(client_state, state, stats, lr)    once trained
+
+FedProx's whole client step (fedhet/methods/fedprox/algorithm.py), for example:
+
+    class Proximal(ClientStep):
+        def __init__(self, mu, anchor):
+            self.mu, self.anchor = mu, anchor
+
+        def loss(self, params):
+            if self.mu == 0:
+                return None
+            prox = sum(((p - self.anchor[n]) ** 2).flatten(1).sum(1) for n, p in params.items())
+            return 0.5 * self.mu * prox
+
+The base class adds nothing: FedAvg's step, and FedNova's (which needs only each client's step
+count, in every result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from torch import Tensor, nn
+
+from fedhet.engine.local import LocalStats
+from fedhet.engine.tensors import Tensors
+
+Stacked = Mapping[str, Tensor]  # name -> a tensor with a leading client dim
+
+
+class ClientStep:
+    """One round's client step (`Trainer.client_step`); the hooks below are its whole say in
+    local training."""
+
+    def extras(self, client_state: Tensors) -> Tensors:
+        """The client's own tensors that `correct` and `after_step` read, by parameter name, from
+        its persistent state (e.g. SCAFFOLD's c - c_i)."""
+        return {}
+
+    def loss(self, params: Stacked) -> Tensor | None:
+        """Each client's term added to its data loss, [clients] (`params` stacked); None adds
+        nothing."""
+        return None
+
+    def correct(self, grads: Stacked, extras: Stacked) -> Stacked:
+        """The stacked gradients rewritten before the optimizer step (`extras` stacked alike;
+        a parameter without a gradient is absent from `grads`)."""
+        return grads
+
+    def after_step(self, params: Stacked, extras: Stacked, lr: float) -> None:
+        """Rewrite the stacked parameters in place after each optimizer step."""
+
+    def finish(
+        self, client_state: Tensors, state: Tensors, stats: LocalStats, lr: float
+    ) -> tuple[Tensors, Tensors]:
+        """(upload, kept) once a client has trained to model `state`: the tensors it sends the
+        server besides its model, and the entries its persistent state takes on."""
+        return {}, {}
+
+
+class OneClient:
+    """A client step applied to one model as a cohort of one: its parameters, gradients and the
+    client's extras seen with a leading client dim of 1 (views of the model's own tensors,
+    made when the step reads them)."""
+
+    def __init__(self, step: ClientStep, model: nn.Module, extras: Tensors, lr: float):
+        self.step, self.lr = step, lr
+        self.params = dict(model.named_parameters())
+        self.data = {n: p.detach() for n, p in self.params.items()}  # what after_step rewrites
+        self.extras = {n: e.unsqueeze(0) for n, e in extras.items() if n in self.params}
+
+    def loss(self, data_loss: Tensor) -> Tensor:
+        """The client's loss: the data term plus the step's."""
+        term = self.step.loss(_CohortOfOne(self.params))
+        return data_loss if term is None else data_loss + term[0]
+
+    def before_step(self, model: nn.Module) -> None:
+        grads = _CohortOfOne({n: p.grad for n, p in self.params.items() if p.grad is not None})
+        corrected = self.step.correct(grads, self.extras)
+        if corrected is not grads:
+            for name, grad in corrected.items():
+                self.params[name].grad = grad[0]
+
+    def after_step(self, model: nn.Module) -> None:
+        self.step.after_step(_CohortOfOne(self.data), self.extras, self.lr)
+
+
+class _CohortOfOne(Mapping[str, Tensor]):
+    """Tensors read with a leading client dim of 1 (a view, made on each read)."""
+
+    def __init__(self, tensors: Tensors):
+        self.tensors = tensors
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.tensors[name].unsqueeze(0)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)

@@ -1,0 +1,200 @@
+"""What a method author imports: the one public module for writing a fedhet method.
+
+fedhet's own methods (`fedhet/methods/<name>/`) import only this module and their own folder,
+as a third-party plug-in does (an import contract in pyproject.toml keeps it so). A method is a
+package with up to four parts; README "Write your own method" walks through a complete one.
+
+Describing a method (light: validating and planning a spec import no torch)
+    Method(name, configs, objectives, stages, commands)
+        What the `fedhet.methods` entry point names: the method's configs (one per algorithm),
+        objective wrappers, the modules that register its stages, and its commands.
+    MethodConfig
+        Base of an algorithm's config, the `algorithm:` block of a spec (a pydantic model): its
+        `name`, its fields, `plan` (the run's stages; by default the train stage alone),
+        `learning_rates`, `check`, and the class variables `trainer` ("package.module:Class",
+        imported on first use), `revision` (raise it when a change alters results),
+        `personalized` and `undefined_metrics`.
+    ObjectiveConfig, ObjectiveEntry
+        An objective wrapper (VHL): the config it adds to every algorithm that accepts
+        objectives, and its registration.
+    Section, OMIT_IF_DEFAULT, MAX_COUNT, MAX_WIDTH, MAX_SEED, MAX_CLASSES, MAX_LAYERS
+        A config's nested sections and the bounds fedhet's own fields use.
+    Spec, FederationSpec, DatasetName, parse_run, expand
+        The validated spec a config plans from.
+    ModelChoice
+        "final" | "best": which stored model a score is of.
+    data_shape, norm_kinds
+        A spec's input shape, and the kinds of normalization layer its model has (for checks).
+
+Training: the trainer and its one client step
+    Trainer
+        The federated training of an algorithm; the base class is FedAvg. Override what
+        differs: `client_step`, `aggregate`, `init_server_state`, `download`/`shared` (what
+        crosses the network), `synchronized_first_step`, `evaluation_states`, `build_model`.
+        `self.setup` is the run's TrainSetup; `self.setup.extras[role]` the artifact of an
+        upstream stage the config's `plan` added.
+    ClientStep
+        A method's part of a client's local SGD, written once: `extras` (the client's own
+        tensors), `loss` (a term added to the data loss), `correct` (gradients before the
+        optimizer step), `after_step` (parameters after it), `finish` (what a trained client
+        uploads and keeps). Its tensors (`Stacked`: name -> tensor) carry a leading client dim:
+        the sequential executor runs it for one client, the vectorized executor for the round's
+        cohort, so it is never written twice (fedhet.engine.client_step has FedProx's as an
+        example).
+    ClientJob, ClientResult, Traffic
+        One client's work in a round, its result, and the traffic a round adds.
+    A trainer that trains its clients in a way no client step states overrides
+    `client_update` (and `local_loss`, the data term) and declares `vectorizable = False`.
+
+Stages
+    stage(name)
+        Registers the function that computes a stage's artifact (a Zarr group).
+    StageNode(name, version, config, upstream)
+        A stage of a run; its key hashes these, so two runs that agree on them share it.
+    train_node(spec, **upstream), partition_node(spec)
+        fedhet's own train and partition stages, to plan a method's runs on.
+    RunContext, ensure, ArtifactStore, create_array
+        The context a stage runs in (`ctx.upstream(node, role)`), computing a node, the store.
+
+Running
+    Engine.from_spec(spec, folder, partition=None, ...)
+        The engine of one run: the round loop, sampling, evaluation, metrics, checkpoints.
+        `Engine.from_spec(spec, folder).run()` trains a spec's run without a store.
+    TrainSetup, build_setup
+        What a run trains on: spec, dataset, clients, device (the stages of TCT and FedBR build
+        one too).
+
+Tensors, models and metrics
+    Tensors, tensors
+        A model state (name -> tensor) and its helpers (clone, zeros_like, weighted_average).
+    LocalStats, Divergence, effective_steps, num_local_steps
+        A client's local training in numbers: steps and mean loss; a non-finite loss; the
+        displacement of SGD with momentum in units of lr times a gradient; the local steps of
+        a round.
+    FedModel, build_model, ClientData, load_data
+        fedhet's models, a client's samples, the datasets.
+    Scores, class_accuracies, LossFn, client_gradient_variance, summarize
+        Metrics.
+    stage_progress, run_metrics, write_metrics, tensorboard, figure_format, image_grid
+        For a method with a training stage of its own (TCT): progress lines, stored metrics,
+        TensorBoard events, figures.
+
+Errors
+    InputError (exit 2: a bad spec, naming the field), RunError (exit 1), DivergedError.
+
+Random numbers
+    torch_generator(seed, *path), derive_seed(seed, *path): every draw from the spec's seed.
+
+The names above Training are imported with this module; the rest (torch) on first use.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from fedhet.core.architectures import norm_kinds
+from fedhet.core.errors import DivergedError, InputError, RunError
+from fedhet.core.pipeline import RunContext, StageNode, ensure, stage
+from fedhet.core.registry import Method, ObjectiveEntry
+from fedhet.core.rng import derive_seed, torch_generator
+from fedhet.core.sections import (
+    MAX_CLASSES,
+    MAX_COUNT,
+    MAX_LAYERS,
+    MAX_SEED,
+    MAX_WIDTH,
+    OMIT_IF_DEFAULT,
+    Section,
+)
+from fedhet.core.spec import DatasetName, FederationSpec, Spec, expand, parse_run
+from fedhet.core.store import ArtifactStore, create_array
+from fedhet.data.partition_plan import partition_node
+from fedhet.data.shapes import data_shape
+from fedhet.engine.description import MethodConfig, ModelChoice, ObjectiveConfig
+from fedhet.engine.train_plan import train_node
+
+# The torch side, imported on first use: name -> (module, attribute; None: the module itself)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "ClientData": ("fedhet.data.clients", "ClientData"),
+    "ClientJob": ("fedhet.engine.trainer", "ClientJob"),
+    "ClientResult": ("fedhet.engine.trainer", "ClientResult"),
+    "ClientStep": ("fedhet.engine.client_step", "ClientStep"),
+    "Divergence": ("fedhet.engine.local", "Divergence"),
+    "Engine": ("fedhet.engine.loop", "Engine"),
+    "FedModel": ("fedhet.models", "FedModel"),
+    "LocalStats": ("fedhet.engine.local", "LocalStats"),
+    "LossFn": ("fedhet.metrics.cgv", "LossFn"),
+    "Scores": ("fedhet.metrics.accuracy", "Scores"),
+    "Stacked": ("fedhet.engine.client_step", "Stacked"),
+    "Tensors": ("fedhet.engine.tensors", "Tensors"),
+    "Traffic": ("fedhet.engine.trainer", "Traffic"),
+    "TrainSetup": ("fedhet.engine.setup", "TrainSetup"),
+    "Trainer": ("fedhet.engine.trainer", "Trainer"),
+    "build_model": ("fedhet.models", "build_model"),
+    "build_setup": ("fedhet.engine.setup", "build_setup"),
+    "class_accuracies": ("fedhet.metrics.accuracy", "class_accuracies"),
+    "client_gradient_variance": ("fedhet.metrics.cgv", "client_gradient_variance"),
+    "effective_steps": ("fedhet.engine.local", "effective_steps"),
+    "figure_format": ("fedhet.figures", "figure_format"),
+    "image_grid": ("fedhet.figures", "image_grid"),
+    "load_data": ("fedhet.data.datasets", "load_data"),
+    "num_local_steps": ("fedhet.engine.system", "num_local_steps"),
+    "run_metrics": ("fedhet.engine.run_format", "run_metrics"),
+    "stage_progress": ("fedhet.engine.progress", "stage_progress"),
+    "summarize": ("fedhet.metrics.summary", "summarize"),
+    "tensorboard": ("fedhet.engine.tensorboard", None),
+    "tensors": ("fedhet.engine.tensors", None),
+    "write_metrics": ("fedhet.engine.run_format", "write_metrics"),
+}
+
+__all__ = [
+    "MAX_CLASSES",
+    "MAX_COUNT",
+    "MAX_LAYERS",
+    "MAX_SEED",
+    "MAX_WIDTH",
+    "OMIT_IF_DEFAULT",
+    "ArtifactStore",
+    "DatasetName",
+    "DivergedError",
+    "FederationSpec",
+    "InputError",
+    "Method",
+    "MethodConfig",
+    "ModelChoice",
+    "ObjectiveConfig",
+    "ObjectiveEntry",
+    "RunContext",
+    "RunError",
+    "Section",
+    "Spec",
+    "StageNode",
+    "create_array",
+    "data_shape",
+    "derive_seed",
+    "ensure",
+    "expand",
+    "norm_kinds",
+    "parse_run",
+    "partition_node",
+    "stage",
+    "torch_generator",
+    "train_node",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = import_module(module)
+    if attribute is not None:
+        value = getattr(value, attribute)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,119 @@
+"""A spec's tune computed (`tune`: the trials' runs trained where missing, the outcome stored),
+planned (`planned_trials`: the trials the store's results lead to, without training), or read
+(`tuned_runs`: the chosen configurations over the spec's evaluation seeds)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from rich.console import Console
+
+from fedhet.core.errors import DivergedError, InputError
+from fedhet.core.spec import Spec
+from fedhet.core.store import ArtifactStore
+from fedhet.core.tune_spec import TuneSpec
+from fedhet.execution.planning import Run
+from fedhet.execution.results import stored_divergence
+from fedhet.execution.train import Options, View, train
+from fedhet.tuning.groups import tune_groups
+from fedhet.tuning.outcome import (
+    STAGE,
+    TuneOutcome,
+    outcome_of,
+    read_outcome,
+    tune_key,
+    write_outcome,
+)
+from fedhet.tuning.search import search
+from fedhet.tuning.selection import validation_curve
+
+Curves = Mapping[str, list[float] | None]
+
+
+def tune(
+    spec: Spec,
+    tune: TuneSpec,
+    store: ArtifactStore,
+    options: Options,
+    view_for: Callable[[list[Run]], View],
+    console: Console,
+) -> TuneOutcome:
+    """The stored outcome of the spec's tune, its missing trials trained first."""
+    groups = tune_groups(spec, tune)
+    key = tune_key(tune, groups)
+    if store.exists(STAGE, key):
+        console.print(f"tune {key[:12]}: reusing the stored artifact", style="dim")
+        return read_outcome(store, key, spec.name)
+
+    def measure(runs: list[Run]) -> Curves:
+        return _trained(runs, store, options, view_for, console)
+
+    outcome = outcome_of(key, tune, groups, search(groups, tune, measure))
+    write_outcome(store, outcome, spec, tune)
+    return outcome
+
+
+def _trained(
+    runs: list[Run],
+    store: ArtifactStore,
+    options: Options,
+    view_for: Callable[[list[Run]], View],
+    console: Console,
+) -> Curves:
+    """The runs' validation curves, the missing runs trained first (a divergence is a result)."""
+    unique = list({run.node.key: run for run in runs}.values())
+    missing = [run for run in unique if not _done(run, store)]
+    console.print(f"tune: {len(runs)} trial runs, {len(missing)} not stored", markup=False)
+    if missing:  # no worker starts for a wave the store holds
+        _, failures = train(missing, store, options, view_for(missing))
+        failed = [error for error in failures if not isinstance(error, DivergedError)]
+        if failed:
+            raise failed[0]
+    return {run.node.key: validation_curve(run, store) for run in unique}
+
+
+def planned_trials(spec: Spec, tune: TuneSpec, store: ArtifactStore) -> tuple[list[Run], int]:
+    """The runs of the trials that the stored results lead to (the waves up to the first with
+    a run not stored), and how many trials are still to be asked after them."""
+    groups = tune_groups(spec, tune)
+    searched = search(groups, tune, lambda runs: _read(runs, store))
+    runs = [run for trials in searched for trial in trials for run in trial.runs]
+    asked = sum(len(trials) for trials in searched)
+    return runs, sum(group.budget for group in groups) - asked
+
+
+def _done(run: Run, store: ArtifactStore) -> bool:
+    """Whether the run has its result: stored, or a recorded divergence."""
+    stored = store.exists(run.node.stage, run.node.key)
+    return stored or stored_divergence(run, store) is not None
+
+
+def _read(runs: list[Run], store: ArtifactStore) -> Curves | None:
+    if not all(_done(run, store) for run in runs):
+        return None
+    return {run.node.key: validation_curve(run, store) for run in runs}
+
+
+def tuned_runs(
+    spec: Spec, tune: TuneSpec, store: ArtifactStore, spec_path: str
+) -> tuple[list[Run], TuneOutcome]:
+    """The chosen configuration of every method and setting over the spec's own seeds (its
+    evaluation runs), and the stored outcome they come from."""
+    groups = tune_groups(spec, tune)
+    outcome = read_outcome(store, tune_key(tune, groups), spec_path)
+    return [
+        run
+        for group, chosen in zip(groups, outcome.selections, strict=True)
+        for run in group.tuned_runs(chosen.values)
+    ], outcome
+
+
+def require_tuned_stored(runs: list[Run], store: ArtifactStore, spec_path: str) -> None:
+    """InputError, in one line, when some runs of the chosen configurations have no result."""
+    missing = [run for run in runs if not _done(run, store)]
+    if missing:
+        raise InputError(
+            f"{len(missing)} of {len(runs)} runs of the chosen configurations are not stored "
+            f"(the first: {missing[0].label}); compute them with `fedhet report {spec_path} "
+            "--tuned --train`"
+        )

@@ -1,0 +1,44 @@
+"""The one place a tune reads results: a run's validation curve, and the score a trial gets from
+it. Nothing here opens a test metric, so no selection can depend on the test split."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from fedhet.core.store import ArtifactStore
+from fedhet.execution.planning import Run
+from fedhet.execution.results import stored_divergence
+
+VALIDATION_CURVE = "val_accuracy"
+
+
+def validation_curve(run: Run, store: ArtifactStore) -> list[float] | None:
+    """The run's validation accuracy per round (NaN where not evaluated); None when it
+    diverged (a trial that diverges scores nothing). The run is stored or diverged."""
+    node = run.node
+    if store.exists(node.stage, node.key):
+        return store.open(node.stage, node.key)["metrics"][VALIDATION_CURVE][:].tolist()
+    if stored_divergence(run, store) is not None:
+        return None
+    raise KeyError(f"{run.label} is not stored")
+
+
+def run_score(curve: Sequence[float] | None, metric: str) -> float:
+    """best_val: the highest validation accuracy; final_val: the last evaluated one. NaN for a
+    diverged run, or one never evaluated."""
+    measured = [value for value in curve or () if not math.isnan(value)]
+    if not measured:
+        return math.nan
+    return max(measured) if metric == "best_val" else measured[-1]
+
+
+def trial_score(scores: Sequence[float]) -> float:
+    """The mean over the selection seeds; NaN when a seed's run scored nothing."""
+    return math.nan if any(math.isnan(s) for s in scores) else sum(scores) / len(scores)
+
+
+def best_trial(scores: Sequence[float]) -> int | None:
+    """The index of the highest score, the first of equal ones; None when none scored."""
+    scored = [(score, -i) for i, score in enumerate(scores) if not math.isnan(score)]
+    return -max(scored)[1] if scored else None
