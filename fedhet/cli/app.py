@@ -282,7 +282,7 @@ RESULT_COLUMNS = [
     Column("seed", "seed", "number"),
     Column("best_test", "best test %", "pct"),
     Column("test_at_best_val", "test at best val %", "pct", optional=True),
-    Column("final", "final test %", "pct"),
+    Column("final", "final %", "pct"),
     Column("rounds_to_target", "to target", "number"),
     Column("wall_time_s", "time s", "seconds"),
 ]
@@ -501,9 +501,9 @@ RUN_COLUMNS = [
     Column("state", "state"),
     Column("best_test", "best test %", "pct"),
     Column("test_at_best_val", "test at best val %", "pct", optional=True),
-    Column("final", "final test %", "pct"),
+    Column("final", "final %", "pct"),
     Column("rounds", "rounds", "number"),
-    Column("wall_time_s", "time s", "seconds"),
+    Column("wall_time_s", "time s", "seconds", optional=True),  # none until a run is stored
 ]
 
 
