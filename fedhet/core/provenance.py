@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedhet import __version__
 from fedhet.core.cache import cached_json
+from fedhet.process import cores
 
 if TYPE_CHECKING:
     from fedhet.core.spec import RuntimeSpec
@@ -25,9 +26,10 @@ if TYPE_CHECKING:
 # The fields that can change results; the others (platform, python, fedhet's revision) are
 # recorded for the reader. Compared only where both sides name one: `clients` (the train stage's
 # client executor, recorded by the stage; `runtime.clients: auto` accepts either) and `cpu`
-# (artifacts stored before it was recorded).
+# (artifacts stored before it was recorded) and `threads` (a spec without `runtime.threads`
+# computes on the cores free at the time, fedhet.process.cores, so it plans no count).
 COMPARED = ("threads", "torch", "torch_cuda", "torch_git", "cpu", "device", "clients")
-OPTIONAL = ("cpu", "clients")
+OPTIONAL = ("cpu", "clients", "threads")
 
 
 @functools.cache
@@ -122,23 +124,27 @@ def environment(threads: int | None = None, device: str | None = None) -> dict[s
 
 
 def use_threads(threads: int | None) -> None:
-    """Compute with `runtime.threads` when the spec sets it (else torch's default): called before
-    every stage computes, whichever command or worker runs it, so the environment recorded with
-    the artifact is the one it was computed in."""
-    if threads:
-        import torch
+    """Compute with `runtime.threads` when the spec sets it, else on the free cores
+    (fedhet.process.cores; OMP_NUM_THREADS, set by a user or Ray, is left to torch): called
+    before every stage computes, whichever command or worker runs it, so the environment
+    recorded with the artifact is the one it was computed in."""
+    if not threads and "OMP_NUM_THREADS" in os.environ:
+        return
+    import torch
 
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads or cores.default_threads())
 
 
 def planned_environment(threads: int | None, device: str, clients: str = "auto") -> dict[str, Any]:
     """The environment a stage would be computed in now, given the spec's runtime settings
-    (`device` auto means CUDA when available; `clients` auto names no executor)."""
+    (`device` auto means CUDA when available; `clients` auto names no executor, no `threads`
+    no thread count)."""
     if device == "auto":
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return environment(threads, device) | ({} if clients == "auto" else {"clients": clients})
+    env = environment(threads, device) | ({} if clients == "auto" else {"clients": clients})
+    return env if threads else {k: v for k, v in env.items() if k != "threads"}
 
 
 def differences(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from multiprocessing.queues import Queue
 
 from fedhet.core.pipeline import ProgressSink
 from fedhet.execution.tasks import Task
-from fedhet.process import interrupts, lockfile
+from fedhet.process import cores, interrupts, lockfile
 
 Work = Callable[[Task], str]  # computes one node (module-level, so workers can import it)
 
@@ -53,6 +53,7 @@ def _worker_init(threads: int, parent: int, events: Queue | None) -> None:
     import torch
 
     _die_with(parent)
+    cores.pin(threads)  # the parent split the free cores between its workers
     torch.set_num_threads(threads)
     # a stop (Ctrl-C reaches the whole process group; SIGTERM from `close`) saves the
     # checkpoint and ends the node with Interrupted, as in the main process

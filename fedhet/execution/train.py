@@ -3,7 +3,6 @@ every node of every run scheduled on local worker processes (`jobs`) or Ray task
 
 from __future__ import annotations
 
-import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,6 +15,7 @@ from fedhet.execution.planning import Run
 from fedhet.execution.results import execute, failed_row, result_row, stored_metrics
 from fedhet.execution.scheduler import BLOCKED, FAILED, Listener, NodeState
 from fedhet.execution.sweep import check_writable, executor_for, sweep
+from fedhet.process import cores
 
 Rows = list[dict[str, Any]]
 
@@ -73,7 +73,7 @@ def _sweep(
 ) -> tuple[Rows, list[FedhetError]]:
     check_writable(store)
     jobs = options.jobs or 1
-    threads = runs[0].spec.runtime.threads or max(1, (os.cpu_count() or 1) // jobs)
+    threads = runs[0].spec.runtime.threads or cores.default_threads(jobs)
     executor = executor_for(runs, options.jobs, options.ray, threads, view.on_progress)
     try:
         with view:
