@@ -45,6 +45,9 @@ Training: the trainer and its one client step
         One client's work in a round, its result, and the traffic a round adds.
     A trainer that trains its clients in a way no client step states overrides
     `client_update` (and `local_loss`, the data term) and declares `vectorizable = False`.
+    Mixer, Mixup
+        Input mixup of a local batch (Zhang et al. 2018), drawn from a seeded generator: the one
+        helper of every method that mixes its clients' batches (mixup, FedBR's mixup option).
 
 Stages
     stage(name)
@@ -125,6 +128,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "FedModel": ("fedhet.models", "FedModel"),
     "LocalStats": ("fedhet.engine.local", "LocalStats"),
     "LossFn": ("fedhet.metrics.cgv", "LossFn"),
+    "Mixer": ("fedhet.engine.mixup", "Mixer"),
+    "Mixup": ("fedhet.engine.mixup", "Mixup"),
     "Scores": ("fedhet.metrics.accuracy", "Scores"),
     "Stacked": ("fedhet.engine.client_step", "Stacked"),
     "Tensors": ("fedhet.engine.tensors", "Tensors"),

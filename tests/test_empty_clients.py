@@ -51,6 +51,8 @@ CONFIGS = {
     "centralized": ({}, {}),
     "fedimpro": ({}, {}),
     "fedbr": ({"projection_width": 8, "projection_dim": 4, "pseudo": {"size": 8}}, {}),
+    "mixup": ({}, {}),
+    "fedmix": ({}, {}),
     "fedtan": ({}, {"model": BN_CNN}),
     "fedavg_alg2": ({}, {"model": BN_CNN}),
     "fedtan_ii": ({"sync_rounds": 1}, {"model": BN_CNN}),  # round 2 runs frozen

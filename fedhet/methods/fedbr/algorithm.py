@@ -12,6 +12,14 @@ extractor, frozen. P lives in the model state, so it is averaged and checkpointe
 The official code multiplies the cosine similarities by tau instead of dividing by it:
 tau1 = tau2 = 0.5 here reproduces its default of 2.0 (exactly: x / 0.5 == x * 2 in floating
 point). It also pairs pseudo sample i with real sample i only (`pairing: index`).
+
+FedBR + Mixup (`mixup: alpha`, a row of FedBR's Table 1): the real batch is replaced at every
+local step by its mixup with itself (fedhet.plugin.Mixer, the helper of the `mixup` method), as
+the official code's `use_Mixup` does (LINs-lab/FedBR fedbr/algorithms.py, FedBR's `update` with
+`get_new_all_x`: lambda ~ Beta(0.2, 0.2), mixed inputs, mixed soft labels): the mixed inputs
+give the features of both the min step's CE and L_con's negatives, and the CE is mixup's.
+Draws come from a generator derived from the run's seed, the round and the client
+(`fedbr-mixup`); with the option off nothing is drawn and every run is as before.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from fedhet.plugin import (
     FederationSpec,
     FedModel,
     LocalStats,
+    Mixer,
+    Mixup,
     Tensors,
     Trainer,
     TrainSetup,
@@ -150,10 +160,11 @@ class LocalRound:
         z_pseudo: torch.Tensor | None,
         y_pseudo: torch.Tensor | None,
         z_global: torch.Tensor | None,
+        mix: Mixup | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the min-step objective, its real-data cross-entropy part)."""
+        """(the min-step objective, its real-data cross-entropy part: mixup's with `mix`)."""
         cfg, head = self.config, self.model.net.head
-        ce = F.cross_entropy(head(z), y)
+        ce = F.cross_entropy(head(z), y) if mix is None else mix.loss(head(z), y)
         loss = ce
         if cfg.debias_classifier:
             loss = loss + cfg.lam * F.cross_entropy(head(z_pseudo), y_pseudo)
@@ -168,9 +179,10 @@ class LocalRound:
         z_pseudo: torch.Tensor | None,
         y_pseudo: torch.Tensor | None,
         z_global: torch.Tensor | None,
+        mix: Mixup | None = None,
     ) -> tuple[float, float]:
         """Features and classifier descend `min_loss`; P is not moved."""
-        loss, ce = self.min_loss(z, y, z_pseudo, y_pseudo, z_global)
+        loss, ce = self.min_loss(z, y, z_pseudo, y_pseudo, z_global, mix)
         self.main.zero_grad(set_to_none=True)
         loss.backward(inputs=self.net_params)
         self.main.step()
@@ -182,15 +194,17 @@ class LocalRound:
         y: torch.Tensor,
         x_pseudo: torch.Tensor | None,
         y_pseudo: torch.Tensor | None,
+        mix: Mixup | None = None,
     ) -> tuple[float, float]:
-        """One local iteration (Algorithm 1, lines 7-10); returns (objective, real CE)."""
+        """One local iteration (Algorithm 1, lines 7-10); returns (objective, real CE). With
+        `mix`, the real batch is its mixup (FedBR + Mixup)."""
         cfg, features = self.config, self.model.net.features
-        z = features(x)
+        z = features(x if mix is None else mix.inputs(x))
         z_pseudo = features(x_pseudo) if cfg.uses_pseudo else None
         z_global = self.global_pseudo_features(x_pseudo) if cfg.debias_features else None
         if cfg.debias_features and cfg.max_step:
             self.max_step(z_pseudo, z_global, z)
-        return self.min_step(z, y, z_pseudo, y_pseudo, z_global)
+        return self.min_step(z, y, z_pseudo, y_pseudo, z_global, mix)
 
 
 # --- the algorithm ----------------------------------------------------------------------
@@ -251,15 +265,25 @@ class FedBR(Trainer):
             )
         return x, uniform_labels(len(x), classes).to(x.device)
 
+    def mixer(self, job: ClientJob) -> Mixer | None:
+        """FedBR + Mixup's draws for the client's round (None: the option is off)."""
+        if self.config.mixup is None:
+            return None
+        seed = derive_seed(self.setup.spec.seed, "fedbr-mixup", job.round, job.client.id)
+        return Mixer(self.config.mixup, seed)
+
     def client_update(self, job: ClientJob) -> ClientResult:
         model = job.model
         local = LocalRound(model, self.config, self.fed, job.lr)
         mixing = torch_generator(self.setup.spec.seed, "fedbr-mix", job.round, job.client.id)
+        mixer = self.mixer(job)
         model.train()
         total_ce, steps = 0.0, 0
         for step, idx in enumerate(self.client_batches(job)):
             x_pseudo, y_pseudo = self.pseudo_batch(job, mixing)
-            objective, ce = local.step(job.client.x[idx], job.client.y[idx], x_pseudo, y_pseudo)
+            x, y = job.client.x[idx], job.client.y[idx]
+            mix = None if mixer is None else mixer.draw(len(y), x.device)
+            objective, ce = local.step(x, y, x_pseudo, y_pseudo, mix)
             if not math.isfinite(objective):
                 raise Divergence(step, objective)
             total_ce += ce

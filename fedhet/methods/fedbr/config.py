@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fedhet.plugin import (
     MAX_COUNT,
@@ -93,6 +93,20 @@ class FedBRConfig(MethodConfig):
     )
     projection_width: int = Field(256, ge=1, le=MAX_WIDTH)
     projection_dim: int = Field(128, ge=1, le=MAX_WIDTH)
+    mixup: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        gt=0,
+        le=MAX_COUNT,
+        description="FedBR + Mixup: the real batch mixed with itself at each local step, "
+        "lambda ~ Beta(mixup, mixup) (the official code: 0.2); default off",
+    )
+
+    @field_validator("mixup", mode="before")
+    @classmethod
+    def _mixup_is_an_alpha(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError("takes mixup's alpha (the official code's: 0.2), not true or false")
+        return value
 
     @property
     def uses_pseudo(self) -> bool:
@@ -124,4 +138,6 @@ class FedBRConfig(MethodConfig):
             label += f" (tau {self.tau1:g}/{self.tau2:g})"
         if self.debias_features and self.pairing == "index":
             label += " (index pairs)"
+        if self.mixup is not None:
+            label += " + Mixup" if self.mixup == 0.2 else f" + Mixup (alpha {self.mixup:g})"
         return label

@@ -1,0 +1,33 @@
+"""FedMix's spec block: `algorithm: {name: fedmix, lam: ..., mean_size: ..., derivative: ...}`."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from fedhet.plugin import MAX_COUNT, MethodConfig
+
+
+class FedMixConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.fedmix.algorithm:FedMix"
+    name: Literal["fedmix"] = "fedmix"
+    lam: float = Field(
+        0.1, gt=0, lt=1, description="lambda, the weight of the other clients' means (0.1)"
+    )
+    mean_size: int = Field(
+        10, ge=1, le=MAX_COUNT, description="M: the samples averaged into each shared mean (10)"
+    )
+    derivative: Literal["batch_mean", "sample"] = Field(
+        "batch_mean",
+        description="the Taylor term's dl/dx: of the batch's mean first term (the official "
+        "code: the term carries 1/batch size) or of each sample's own first term",
+    )
+
+    def base_label(self) -> str:
+        label = "FedMix"
+        if (self.lam, self.mean_size) != (0.1, 10):
+            label += f" (lambda {self.lam:g}, M={self.mean_size})"
+        if self.derivative == "sample":
+            label += " (per-sample dl/dx)"
+        return label

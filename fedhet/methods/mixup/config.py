@@ -1,0 +1,27 @@
+"""FedAvg + Mixup's spec block: `algorithm: {name: mixup, alpha: ...}`."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from fedhet.plugin import MAX_COUNT, MethodConfig
+
+DEFAULT_ALPHA = 0.2  # LINs-lab/FedBR fedbr/hparams_registry.py: mixup_alpha's default
+
+
+class MixupConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.mixup.algorithm:MixupTrainer"
+    name: Literal["mixup"] = "mixup"
+    alpha: float = Field(
+        DEFAULT_ALPHA,
+        gt=0,
+        le=MAX_COUNT,
+        description="lambda ~ Beta(alpha, alpha) per local batch (FedBR's code: 0.2)",
+    )
+
+    def base_label(self) -> str:
+        if self.alpha == DEFAULT_ALPHA:
+            return "FedAvg+Mixup"
+        return f"FedAvg+Mixup (alpha {self.alpha:g})"
