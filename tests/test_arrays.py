@@ -178,6 +178,8 @@ EVERY_METHOD = [
     {"name": "fedavg", "vhl": {}},
     {"name": "fedimpro"},
     {"name": "fedbr"},
+    {"name": "moon", "projection_width": 8},
+    {"name": "local"},
     {"name": "fedtan"},
     {"name": "fedtan_ii"},
     {"name": "fedavg_alg2"},

@@ -51,6 +51,8 @@ CONFIGS = {
     "centralized": ({}, {}),
     "fedimpro": ({}, {}),
     "fedbr": ({"projection_width": 8, "projection_dim": 4, "pseudo": {"size": 8}}, {}),
+    "moon": ({"projection_width": 8}, {}),
+    "local": ({}, {}),
     "mixup": ({}, {}),
     "fedmix": ({}, {}),
     "fedtan": ({}, {"model": BN_CNN}),

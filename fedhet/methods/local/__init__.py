@@ -1,0 +1,1 @@
+"""Local training without communication: FedTAN's SingleNet, FedBR's Local (no paper of its own)."""

@@ -1,0 +1,19 @@
+"""Local training's spec block: `algorithm: {name: local}`."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from fedhet.plugin import MethodConfig
+
+
+class LocalConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.local.algorithm:Local"
+    # every client's own model is what is evaluated (and stored with the run)
+    personalized: ClassVar[bool] = True
+    # no global model moves: the distance of the clients' models to it measures nothing shared
+    undefined_metrics: ClassVar[frozenset[str]] = frozenset({"divergence"})
+    name: Literal["local"] = "local"
+
+    def base_label(self) -> str:
+        return "Local"

@@ -1,0 +1,1 @@
+"""MOON: model-contrastive federated learning (Li, He, Song, CVPR 2021)."""
