@@ -51,6 +51,7 @@ CONFIGS = {
     "centralized": ({}, {}),
     "fedimpro": ({}, {}),
     "fedbr": ({"projection_width": 8, "projection_dim": 4, "pseudo": {"size": 8}}, {}),
+    "feddf": ({"server_data": "noise", "steps": 3, "patience": None}, {}),
     "moon": ({"projection_width": 8}, {}),
     "local": ({}, {}),
     "mixup": ({}, {}),

@@ -107,8 +107,9 @@ def variant_specs() -> list[Spec]:
     # rounds enough for TCT's default stage 1 (T1 = federation.rounds - T2 = 100)
     long = {"rounds": 150}
     model = {"norm": "batch"}  # the BatchNorm methods need BatchNorm layers
+    data = {"server": 100, "validation": 0.2}  # FedDF's server data and early-stopping split
     specs += [
-        parse_spec({"algorithm": {"name": name}, "federation": long, "model": model})
+        parse_spec({"algorithm": {"name": name}, "federation": long, "model": model, "data": data})
         for name in others
     ]
     return specs
@@ -296,6 +297,7 @@ def test_algorithm_name_axis_starts_each_algorithm_from_its_defaults():
             "algorithm": {"name": "fedprox", "mu": 0.5},
             "federation": {"rounds": 150},  # TCT's default T1 = rounds - T2 (100)
             "model": {"norm": "batch"},  # for the BatchNorm methods
+            "data": {"server": 100, "validation": 0.2},  # for FedDF's defaults
             "matrix": {"algorithm.name": sorted(configs())},
         }
     )

@@ -64,6 +64,14 @@ class DataSpec(Section):
         description="hold out this share of each client's training data, stratified by label "
         "(fedhet.data.validation); the best model is then chosen by validation accuracy",
     )
+    server: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="hold out this many training samples for the server before partitioning, "
+        "drawn from the seed (fedhet.data.server_split): no client holds them; FedDF's real "
+        "server data, and every method of the spec trains on the same clients",
+    )
     channels: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
         None,
         ge=1,

@@ -35,6 +35,8 @@ class Partition:
     # with `data.validation`, the samples each client holds out of training
     # (fedhet.data.validation), sorted; else None
     validation_indices: list[np.ndarray] | None = None
+    # with `data.server`, the training samples held out for the server (fedhet.data.server_split)
+    server_indices: np.ndarray | None = None
 
     @property
     def num_clients(self) -> int:

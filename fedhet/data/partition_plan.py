@@ -18,6 +18,8 @@ def partition_node(spec: Spec) -> StageNode:
     }
     if spec.data.validation is not None:  # absent when off: keys without a split stay as they were
         config["validation"] = spec.data.validation
+    if spec.data.server is not None:  # absent when off, as validation
+        config["server"] = spec.data.server
     if isinstance(spec.data, DataConfig):  # a plug-in's data: what it is, e.g. its file's hash
         config["data"] = spec.data.identity()
     return StageNode("partition", VERSION, config)

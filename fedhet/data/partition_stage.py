@@ -1,10 +1,12 @@
 """The `partition` stage: per-client index arrays and the clients x classes label histogram.
 With `data.validation` the clients' arrays are their training samples (the histogram counts
 those) and `validation/indices`, `validation/offsets` hold what each holds out
-(fedhet.data.validation). Its node is planned by fedhet.data.partition_plan."""
+(fedhet.data.validation); with `data.server`, `server/indices` the server's samples
+(fedhet.data.server_split). Its node is planned by fedhet.data.partition_plan."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from fedhet.core.spec import Spec
 from fedhet.core.store import create_array
 from fedhet.data.datasets import load_data
 from fedhet.data.partition import Partition, make_partition
+from fedhet.data.server_split import on_pool, server_indices
 from fedhet.data.validation import hold_out
 
 
@@ -27,11 +30,19 @@ def spec_partition(spec: Spec) -> Partition:
     """The partition a spec asks for, its validation split applied: what the stage stores."""
     dataset = load_data(spec.data, seed=spec.seed)
     labels = dataset.train_y.numpy()
-    part = make_partition(
-        spec.partition, labels, dataset.num_classes, spec.seed, dataset.train_client
-    )
+    if spec.data.server is None:
+        part = make_partition(
+            spec.partition, labels, dataset.num_classes, spec.seed, dataset.train_client
+        )
+    else:  # the clients partition what the server's share leaves
+        server, pool = server_indices(len(labels), spec.data.server, spec.seed)
+        ids = None if dataset.train_client is None else dataset.train_client[pool]
+        part = make_partition(spec.partition, labels[pool], dataset.num_classes, spec.seed, ids)
+        part = on_pool(part, pool)
     if spec.data.validation is not None:
         part = hold_out(part, labels, spec.data.validation, spec.seed)
+    if spec.data.server is not None:
+        part = replace(part, server_indices=server)
     return part
 
 
@@ -42,6 +53,8 @@ def save_partition(out: zarr.Group, part: Partition) -> None:
         create_array(out, "angles", data=np.asarray(part.angles, dtype=np.float64))
     if part.validation_indices is not None:
         save_index_lists(out, part.validation_indices, "validation/")
+    if part.server_indices is not None:
+        create_array(out, "server/indices", data=part.server_indices.astype(np.int64))
 
 
 def save_index_lists(out: zarr.Group, lists: list[np.ndarray], prefix: str = "") -> None:
@@ -62,4 +75,5 @@ def load_index_lists(group: zarr.Group) -> list[np.ndarray]:
 def load_partition(group: zarr.Group) -> Partition:
     angles = group["angles"][:] if "angles" in group else None
     validation = load_index_lists(group["validation"]) if "validation" in group else None
-    return Partition(load_index_lists(group), group["histogram"][:], angles, validation)
+    server = group["server"]["indices"][:] if "server" in group else None
+    return Partition(load_index_lists(group), group["histogram"][:], angles, validation, server)

@@ -32,6 +32,8 @@ class TrainSetup:
     extras: dict[str, object] = field(default_factory=dict)  # artifacts of extra upstream stages
     # with `data.validation`: every client's held-out samples, pooled client after client (id -1)
     validation: ClientData | None = None
+    # with `data.server`: the training samples no client holds (id -2; FedDF's real server data)
+    server: ClientData | None = None
 
     @property
     def sizes(self) -> list[int]:
@@ -86,10 +88,14 @@ def build_setup(spec: Spec, partition: zarr.Group | Partition | None = None) -> 
             client_data(ds, part, c, i, device, mode) for c, i in enumerate(part.validation_indices)
         ]
         validation = ClientData(-1, torch.cat([h.x for h in held]), torch.cat([h.y for h in held]))
+    server = None
+    if part.server_indices is not None:  # as the dataset gives them: no client's feature shift
+        idx = torch.from_numpy(part.server_indices)
+        server = ClientData(-2, ds.train_x[idx].to(device), ds.train_y[idx].to(device))
     if part.angles is not None:
         ds = replace(ds, test_x=rotated_like_clients(ds, part.angles, mode))
     ds_device = ds if device.type == "cpu" else _to_device(ds, device)
-    return TrainSetup(spec, ds_device, clients, device, validation=validation)
+    return TrainSetup(spec, ds_device, clients, device, validation=validation, server=server)
 
 
 def client_data(
