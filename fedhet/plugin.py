@@ -71,7 +71,7 @@ Tensors, models and metrics
     Tensors, tensors
         A model state (name -> tensor) and its helpers (clone, zeros_like, weighted_average).
     LocalStats, Divergence, effective_steps, num_local_steps
-        A client's local training in numbers: steps and mean loss; a non-finite loss; the
+        A client's local training in numbers: steps, mean and first loss; a non-finite loss; the
         displacement of SGD with momentum in units of lr times a gradient; the local steps of
         a round.
     FedModel, build_model, ClientData, load_data

@@ -116,7 +116,7 @@ def test_an_unexpected_exception_is_one_line_with_the_traceback_in_a_file(
     match = CRASH_LINE.fullmatch(errors[0])
     assert match, errors[0]
     kind, module, function, message, path = match.groups()
-    assert (module, function) == ("partition_stage.py", "load_index_lists")
+    assert (module, function) == ("partition_format.py", "load_index_lists")
     written = Path(path).read_text()
     assert Path(path).parent == tmp_path
     assert written.startswith("Traceback (most recent call last)")
@@ -139,7 +139,7 @@ def test_debug_shows_the_traceback(
     assert result.rc == 1
     assert "Traceback (most recent call last)" in result.stderr
     assert "in load_partition" in result.stderr
-    assert re.search(r"error: unexpected \w+ at partition_stage\.py", stderr_lines(result)[-1])
+    assert re.search(r"error: unexpected \w+ at partition_format\.py", stderr_lines(result)[-1])
 
 
 # --- interrupts -----------------------------------------------------------------------------

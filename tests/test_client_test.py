@@ -20,7 +20,7 @@ from fedhet.core.store import ArtifactStore
 from fedhet.data.client_test import client_test_data, client_test_node, draw_client_tests
 from fedhet.data.datasets import load_dataset, rotate
 from fedhet.data.partition import make_partition
-from fedhet.data.partition_stage import load_index_lists, save_index_lists, save_partition
+from fedhet.data.partition_format import load_index_lists, save_index_lists, save_partition
 from fedhet.engine import tensors
 from fedhet.engine.run_format import read_client_states
 from fedhet.engine.setup import build_setup

@@ -51,6 +51,8 @@ CONFIGS = {
     "centralized": ({}, {}),
     "fedimpro": ({}, {}),
     "fedbr": ({"projection_width": 8, "projection_dim": 4, "pseudo": {"size": 8}}, {}),
+    "dann": ({"disc_width": 8}, {}),
+    "groupdro": ({}, {}),
     "feddf": ({"server_data": "noise", "steps": 3, "patience": None}, {}),
     "moon": ({"projection_width": 8}, {}),
     "local": ({}, {}),

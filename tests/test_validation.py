@@ -21,8 +21,8 @@ from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import make_partition
+from fedhet.data.partition_format import load_partition
 from fedhet.data.partition_plan import partition_node
-from fedhet.data.partition_stage import load_partition
 from fedhet.data.validation import held_out_count, hold_out
 from fedhet.engine.loop import Checkpoints, Engine, evaluate
 from fedhet.engine.run_format import METRICS

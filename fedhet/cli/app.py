@@ -239,10 +239,11 @@ def partition(
     from fedhet.data.partition import empty_clients_note, summary_rows
     from fedhet.execution.partitions import partitions
     from fedhet.execution.planning import runs_of
-    from fedhet.figures import figure_format, partition_heatmaps
 
     flat, heatmaps = [], {}
     if plot is not None:
+        from fedhet.figures import figure_format, partition_heatmaps  # matplotlib: when asked
+
         figure_format(plot, "--plot")  # before anything is computed
     for node, label, part in partitions(runs_of(spec), ArtifactStore(store), err):
         rows = summary_rows(part)

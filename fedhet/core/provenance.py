@@ -108,6 +108,12 @@ def environment(threads: int | None = None, device: str | None = None) -> dict[s
     threads = threads or torch.get_num_threads()
     if device is None:
         device = "cuda" if torch.cuda.is_initialized() else "cpu"
+    return _recorded(threads, device)
+
+
+def _recorded(threads: int | None, device: str) -> dict[str, Any]:
+    """The environment with these settings (no thread count for None); imports no torch
+    unless the device is CUDA."""
     env: dict[str, Any] = {"fedhet": __version__}
     revision = git_revision()
     if revision is not None:
@@ -115,7 +121,7 @@ def environment(threads: int | None = None, device: str | None = None) -> dict[s
     return {
         **env,
         **torch_build(),
-        "threads": threads,
+        **({"threads": threads} if threads else {}),
         **_device(device),
         "platform": platform.platform(),
         "machine": platform.machine(),
@@ -140,11 +146,22 @@ def planned_environment(threads: int | None, device: str, clients: str = "auto")
     (`device` auto means CUDA when available; `clients` auto names no executor, no `threads`
     no thread count)."""
     if device == "auto":
-        import torch
+        device = "cuda" if _cuda_available() else "cpu"
+    return _recorded(threads, device) | ({} if clients == "auto" else {"clients": clients})
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    env = environment(threads, device) | ({} if clients == "auto" else {"clients": clients})
-    return env if threads else {k: v for k, v in env.items() if k != "threads"}
+
+# Present wherever an NVIDIA driver is loaded (Linux, containers, WSL's /dev/dxg)
+_GPU_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
+def _cuda_available() -> bool:
+    """torch.cuda.is_available(), without importing torch where the answer is plainly no (a
+    CPU-only torch build, or no NVIDIA driver loaded): reusing stored artifacts stays fast."""
+    if torch_build()["torch_cuda"] is None or not any(map(os.path.exists, _GPU_DRIVER_FILES)):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def differences(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:

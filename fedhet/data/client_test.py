@@ -31,8 +31,8 @@ from fedhet.core.rng import numpy_rng
 from fedhet.core.spec import Spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_data, rotate
+from fedhet.data.partition_format import load_index_lists, load_partition, save_index_lists
 from fedhet.data.partition_plan import partition_node
-from fedhet.data.partition_stage import load_index_lists, load_partition, save_index_lists
 
 VERSION = 1
 

@@ -48,6 +48,7 @@ class LocalStats:
     steps: int
     mean_loss: float
     carried: float = 0.0  # gradient weight of the momentum buffer the round started from
+    first_loss: float = math.nan  # the first step's loss: the round's global model on a batch
 
 
 def effective_steps(steps: int, momentum: float, carried: float = 0.0) -> float:
@@ -95,7 +96,7 @@ def local_sgd(
     must set the gradients and return the loss.
     """
     model.train()
-    total, steps = 0.0, 0
+    total, steps, first = 0.0, 0, math.nan
     for step, idx in enumerate(batches):
         optimizer.zero_grad(set_to_none=True)
         if step == 0 and first_step is not None:
@@ -110,5 +111,6 @@ def local_sgd(
         optimizer.step()
         after_step(model)
         total += value
+        first = value if steps == 0 else first
         steps += 1
-    return LocalStats(steps, total / max(steps, 1))
+    return LocalStats(steps, total / max(steps, 1), first_loss=first)

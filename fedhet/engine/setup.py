@@ -18,7 +18,8 @@ from fedhet.core.spec import Spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import Dataset, Interpolation, load_data, rotate
 from fedhet.data.partition import Partition
-from fedhet.data.partition_stage import load_partition, spec_partition
+from fedhet.data.partition_format import load_partition
+from fedhet.data.partition_stage import spec_partition
 
 
 @dataclass

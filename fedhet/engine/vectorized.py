@@ -395,7 +395,7 @@ class _Chunk:
                 n: b.clone() for n, b in self.buffers.items()
             }
             state = {n: state[n] for n in self.start}
-            results.append(
-                CohortResult(state, LocalStats(client.steps, float(own.sum()) / client.steps))
-            )
+            stats = LocalStats(client.steps, float(own.sum()) / client.steps)
+            stats.first_loss = float(own[0])
+            results.append(CohortResult(state, stats))
         return results

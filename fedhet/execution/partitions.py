@@ -9,7 +9,7 @@ from rich.console import Console
 from fedhet.core.pipeline import RunContext, StageNode, ensure
 from fedhet.core.store import ArtifactStore
 from fedhet.data.partition import Partition
-from fedhet.data.partition_stage import load_partition
+from fedhet.data.partition_format import load_partition
 from fedhet.execution.planning import Run
 
 

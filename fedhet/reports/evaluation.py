@@ -16,7 +16,7 @@ from fedhet.core.store import ArtifactStore
 from fedhet.data.client_test import client_test_data, client_test_node
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_data
-from fedhet.data.partition_stage import load_partition
+from fedhet.data.partition_format import load_partition
 from fedhet.engine import tensors
 from fedhet.engine.description import ModelChoice
 from fedhet.engine.loop import evaluate
