@@ -26,6 +26,7 @@ from fedhet.engine.tensors import weighted_average
 from fedhet.methods.groupdro.algorithm import (
     LOG_Q,
     GroupDRO,
+    MixedGroupDRO,
     exponentiated_gradient,
     reweighted,
 )
@@ -152,6 +153,20 @@ def test_eta_zero_is_fedavg_bit_for_bit_and_eta_changes_it(tmp_path):
     assert not all(torch.equal(runs["dro"][k], v) for k, v in fedavg.items())
 
 
+def test_mixup_option_mixes_as_the_official_groupdro_and_vanishes_as_alpha_goes_to_0(tmp_path):
+    def run(name: str, **options) -> tuple[type, dict]:
+        spec = parse_spec(make_spec({"name": "groupdro", "eta": 0.5, **options}))
+        engine = Engine.from_spec(spec, tmp_path / name)
+        return type(engine.algorithm), engine.run().global_state
+
+    plain_class, plain = run("plain")
+    mixed_class, mixed = run("mixed", mixup_alpha=0.2)
+    limit_class, limit = run("limit", mixup_alpha=1e-9)  # lambda folded to 1: the batch itself
+    assert plain_class is GroupDRO and mixed_class is limit_class is MixedGroupDRO
+    assert all(torch.equal(limit[k], v) for k, v in plain.items())
+    assert not all(torch.equal(mixed[k], v) for k, v in plain.items())
+
+
 def test_vectorized_clients_give_the_sequential_first_losses_and_q(tmp_path):
     spec = parse_spec(make_spec({"name": "groupdro", "eta": 0.3}))
     engine = Engine.from_spec(spec, tmp_path)
@@ -176,6 +191,11 @@ def test_vectorized_clients_give_the_sequential_first_losses_and_q(tmp_path):
         ({"name": "groupdro", "eta": -0.01}, "algorithm.eta: "),
         ({"name": "groupdro", "eta": "high"}, "algorithm.eta: "),
         ({"name": "groupdro", "q": 1}, "algorithm.q"),
+        ({"name": "groupdro", "mixup_alpha": 0}, "algorithm.mixup_alpha: "),
+        (
+            {"name": "groupdro", "mixup_alpha": 0.2, "vhl": {"generator": {"kind": "noise"}}},
+            "algorithm.mixup_alpha: mixup replaces the local objective",
+        ),
     ],
 )
 def test_bad_configs_are_refused_naming_the_field(algorithm, message):
@@ -189,6 +209,9 @@ def test_defaults_are_fedbrs_code_and_labels_name_eta():
     assert parse_spec(make_spec({"name": "groupdro", "eta": 0.1})).algorithm.label() == (
         "GroupDRO (eta 0.1)"
     )
+    mixed = parse_spec(make_spec({"name": "groupdro", "mixup_alpha": 0.2})).algorithm
+    assert mixed.label() == "GroupDRO (mixup 0.2)"
+    assert "mixup_alpha" not in config.model_dump()  # off: absent, so no run's key changes
 
 
 def cli(*args, cwd: Path) -> subprocess.CompletedProcess:
@@ -197,7 +220,7 @@ def cli(*args, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_cli_validates_and_trains_a_short_digits_run(tmp_path):
+def test_cli_validates_and_trains_a_short_digits_run(fedhet, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(make_spec({"name": "groupdro", "eta": -1})))
     refused = cli("spec", "validate", bad, cwd=tmp_path)
@@ -207,7 +230,8 @@ def test_cli_validates_and_trains_a_short_digits_run(tmp_path):
     spec = tmp_path / "groupdro.yaml"
     spec.write_text(yaml.safe_dump(make_spec({"name": "groupdro"}, federation={"rounds": 2})))
     assert cli("spec", "validate", spec, cwd=tmp_path).returncode == 0
-    trained = cli("train", spec, "--store", tmp_path / "store", "--format", "json", cwd=tmp_path)
-    assert trained.returncode == 0, trained.stderr
+    # the training through the session's CLI process (conftest's `fedhet`: imports paid once)
+    trained = fedhet("train", spec, "--store", tmp_path / "store", "--format", "json", cwd=tmp_path)
+    assert trained.rc == 0, trained.stderr
     (row,) = json.loads(trained.stdout)
     assert row["algorithm"] == "GroupDRO" and 0 < row["final"] <= 1

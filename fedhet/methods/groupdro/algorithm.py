@@ -25,8 +25,9 @@ Where fedhet differs, and why:
   FedAvg exactly.
 - the official GroupDRO.update also mixes every batch with a shuffled copy of itself
   (`get_new_all_x`, lam ~ Beta(0.2, 0.2), unconditionally); the paper's description of its
-  GroupDRO baseline has no mixup and Table 1 gives Mixup its own row, so fedhet's groupdro
-  keeps the local objective FedAvg's (a local-objective wrapper may still replace it).
+  GroupDRO baseline has no mixup and Table 1 gives Mixup its own row, so by default fedhet's
+  groupdro keeps the local objective FedAvg's; `mixup_alpha: 0.2` mixes as the official code
+  does (fedhet.plugin.Mixer, the `mixup` method's; its clients then train one at a time).
 - the official code attaches p to the i-th local model, which trains on a client redrawn every
   round; here q_c is the client's own.
 """
@@ -36,8 +37,18 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import nn
 
-from fedhet.plugin import ClientResult, ClientStep, LocalStats, Tensors, Trainer
+from fedhet.plugin import (
+    ClientJob,
+    ClientResult,
+    ClientStep,
+    LocalStats,
+    Mixer,
+    Tensors,
+    Trainer,
+    derive_seed,
+)
 
 LOG_Q = "groupdro_log_q"  # log q_c, in the client's state and its upload
 
@@ -89,3 +100,24 @@ class GroupDRO(Trainer):
         return super().aggregate(
             round, global_state, server_state, results, reweighted(weights, log_q)
         )
+
+
+class MixedGroupDRO(GroupDRO):
+    """GroupDRO whose clients mix every local batch with itself (`mixup_alpha`), as the official
+    GroupDRO.update does; q_c's loss is then the first step's mixed loss, as there."""
+
+    vectorizable = False  # the data term is mixup's, which no client step states
+
+    def client_update(self, job: ClientJob) -> ClientResult:
+        seed = derive_seed(self.setup.spec.seed, "groupdro-mixup", job.round, job.client.id)
+        self._mixer = Mixer(self.config.mixup_alpha, seed)
+        return super().client_update(job)
+
+    def local_loss(
+        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        mix = self._mixer.draw(len(y), x.device)
+        return mix.loss(model(mix.inputs(x)), y)
+
+
+GroupDRO.mixing = MixedGroupDRO  # the trainer of `mixup_alpha` (GroupDROConfig.trainer_class)

@@ -3,11 +3,11 @@ fedbr/hparams_registry.py `groupdro_eta`; see fedhet.methods.groupdro.algorithm)
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MethodConfig
+from fedhet.plugin import MAX_COUNT, OMIT_IF_DEFAULT, InputError, MethodConfig, Spec
 
 
 class GroupDROConfig(MethodConfig):
@@ -21,6 +21,29 @@ class GroupDROConfig(MethodConfig):
         description="the step of q's exponentiated-gradient update q_c <- q_c exp(eta l_c); "
         "0 keeps q uniform (FedAvg)",
     )
+    mixup_alpha: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        gt=0,
+        le=MAX_COUNT,
+        description="mix each local batch with itself, lambda ~ Beta(alpha, alpha), as FedBR's "
+        "code's GroupDRO always does (with 0.2); default: no mixing (the paper's GroupDRO)",
+    )
+
+    def check(self, spec: Spec) -> None:
+        super().check(spec)
+        if self.mixup_alpha is not None and self.objectives():
+            raise InputError(
+                "algorithm.mixup_alpha: mixup replaces the local objective, as the objective "
+                "wrapper set beside it does; set only one"
+            )
+
+    def trainer_class(self) -> type[Any]:
+        """GroupDRO, or with `mixup_alpha` its clients-mix-their-batches variant."""
+        trainer = super().trainer_class()
+        return trainer if self.mixup_alpha is None else trainer.mixing
 
     def base_label(self) -> str:
-        return "GroupDRO" if self.eta == 0.01 else f"GroupDRO (eta {self.eta:g})"
+        label = "GroupDRO" if self.eta == 0.01 else f"GroupDRO (eta {self.eta:g})"
+        if self.mixup_alpha is not None:
+            label += f" (mixup {self.mixup_alpha:g})"
+        return label
