@@ -29,13 +29,15 @@ Describing a method (light: validating and planning a spec import no torch)
 Training: the trainer and its one client step
     Trainer
         The federated training of an algorithm; the base class is FedAvg. Override what
-        differs: `client_step`, `aggregate`, `init_server_state`, `download`/`shared` (what
-        crosses the network), `synchronized_first_step`, `evaluation_states`, `build_model`.
+        differs: `client_step`, `aggregate`, `init_server_state`, `initial_client_state`,
+        `download`/`shared` (what crosses the network), `synchronized_first_step`,
+        `evaluation_states`, `build_model`.
         `self.setup` is the run's TrainSetup; `self.setup.extras[role]` the artifact of an
         upstream stage the config's `plan` added.
     ClientStep
         A method's part of a client's local SGD, written once: `extras` (the client's own
-        tensors), `loss` (a term added to the data loss), `correct` (gradients before the
+        tensors), `loss` (a term added to the data loss; `client_loss` when the term reads the
+        client's extras, as FedDyn's), `correct` (gradients before the
         optimizer step), `after_step` (parameters after it), `finish` (what a trained client
         uploads and keeps). Its tensors (`Stacked`: name -> tensor) carry a leading client dim:
         the sequential executor runs it for one client, the vectorized executor for the round's

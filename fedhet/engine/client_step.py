@@ -6,7 +6,8 @@ executor runs it as a cohort of one (`OneClient`, views of one model's own tenso
 vectorized executor (fedhet.engine.vectorized) as the round's cohort; both apply its hooks in
 the order of torch.optim.SGD's step:
 
-    loss = data loss + step.loss(params)          each client's loss, [clients]
+    loss = data loss + step.client_loss(params, extras)   each client's loss, [clients]
+                                                  (by default step.loss(params))
     grads = step.correct(grads, extras)           before the optimizer step
     optimizer step (weight decay, momentum)
     step.after_step(params, extras, lr)           after it
@@ -47,13 +48,19 @@ class ClientStep:
 
     def extras(self, client_state: Tensors) -> Tensors:
         """The client's own tensors that `correct` and `after_step` read, by parameter name, from
-        its persistent state (e.g. SCAFFOLD's c - c_i)."""
+        its persistent state (e.g. SCAFFOLD's c - c_i); `client_loss` may also read tensors
+        under names no parameter has (e.g. a per-client scalar)."""
         return {}
 
     def loss(self, params: Stacked) -> Tensor | None:
         """Each client's term added to its data loss, [clients] (`params` stacked); None adds
         nothing."""
         return None
+
+    def client_loss(self, params: Stacked, extras: Stacked) -> Tensor | None:
+        """The term when it reads the clients' own `extras` (stacked alike; FedDyn's linear
+        term and per-client coefficient); by default `loss`, which reads none."""
+        return self.loss(params)
 
     def correct(self, grads: Stacked, extras: Stacked) -> Stacked:
         """The stacked gradients rewritten before the optimizer step (`extras` stacked alike;
@@ -80,11 +87,11 @@ class OneClient:
         self.step, self.lr = step, lr
         self.params = dict(model.named_parameters())
         self.data = {n: p.detach() for n, p in self.params.items()}  # what after_step rewrites
-        self.extras = {n: e.unsqueeze(0) for n, e in extras.items() if n in self.params}
+        self.extras = {n: e.unsqueeze(0) for n, e in extras.items()}
 
     def loss(self, data_loss: Tensor) -> Tensor:
         """The client's loss: the data term plus the step's."""
-        term = self.step.loss(_CohortOfOne(self.params))
+        term = self.step.client_loss(_CohortOfOne(self.params), self.extras)
         return data_loss if term is None else data_loss + term[0]
 
     def before_step(self, model: nn.Module) -> None:

@@ -180,7 +180,10 @@ class Engine:
         for cid in clients:
             model = self.model  # one model object is reused: each job loads the global state first
             # a copy: the round's changes are committed only when the whole round succeeds
-            client_state = tensors.clone(state.client_states.get(cid, {}))
+            own = state.client_states.get(cid)
+            if own is None:
+                own = self.algorithm.initial_client_state(self.setup.clients[cid])
+            client_state = tensors.clone(own)
             gen = torch_generator(seed, "local", rnd, cid)
             jobs.append(
                 ClientJob(

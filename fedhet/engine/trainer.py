@@ -3,7 +3,8 @@ trainer overrides only what differs. (What a method plans before training is its
 fedhet.engine.description.MethodConfig.)
 
 A trainer is a few functions over explicit state:
-- `init_server_state(global_state)`: extra server-side tensors (e.g. SCAFFOLD's control);
+- `init_server_state(global_state)`: extra server-side tensors (e.g. SCAFFOLD's control), and
+  `initial_client_state(client)`: a client's state before its first round (empty by default);
 - `client_step(round, global_state, server_state)`: the method's part of a client's local SGD
   (`fedhet.engine.client_step.ClientStep`: a loss term, a gradient correction, a parameter
   correction after each step, and what a trained client uploads and keeps), written once: the
@@ -115,6 +116,11 @@ class Trainer:
     # --- server side --------------------------------------------------------------------
 
     def init_server_state(self, global_state: Tensors) -> Tensors:
+        return {}
+
+    def initial_client_state(self, client: ClientData) -> Tensors:
+        """A client's persistent state before its first round (e.g. FedDyn's alpha scaled by
+        the client's size); empty by default."""
         return {}
 
     def shared(self, state: Tensors) -> Tensors:

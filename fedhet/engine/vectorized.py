@@ -46,7 +46,8 @@ DEFAULT_BUDGET = 1 << 30  # bytes of working memory for one chunk of clients
 @dataclass
 class CohortClient:
     """One client's inputs: its data, the index batches of its local steps, and its extras for
-    the client step (`ClientStep.extras`, e.g. SCAFFOLD's c - c_i), keyed by parameter."""
+    the client step (`ClientStep.extras`, e.g. SCAFFOLD's c - c_i), keyed by parameter (and
+    names no parameter has, which only `ClientStep.client_loss` reads)."""
 
     x: Tensor
     y: Tensor
@@ -165,11 +166,17 @@ class Gradients:
         return stacked.clone()
 
     def __call__(
-        self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor
+        self,
+        params: Tensors,
+        x: Tensor,
+        y: Tensor,
+        mask: Tensor,
+        count: Tensor,
+        extras: Tensors | None = None,
     ) -> tuple[Tensors, Tensor]:
         """(stacked gradients, each client's loss) of the active clients' stacked `params` on
         their batches x [clients, batch, ...], labels and mask [clients, batch], real samples
-        [clients]."""
+        [clients]; `extras` (stacked alike) are what the client step's loss term reads."""
         raise NotImplementedError
 
 
@@ -247,7 +254,13 @@ class StackedGradients(Gradients):
         return stacked.clone()
 
     def __call__(
-        self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor
+        self,
+        params: Tensors,
+        x: Tensor,
+        y: Tensor,
+        mask: Tensor,
+        count: Tensor,
+        extras: Tensors | None = None,
     ) -> tuple[Tensors, Tensor]:
         leaves = {n: p.detach().requires_grad_() for n, p in params.items()}
         h = x
@@ -262,7 +275,7 @@ class StackedGradients(Gradients):
                 h = torch.baddbmm(leaves[bias].unsqueeze(1), h, leaves[weight].transpose(1, 2))
         losses = F.cross_entropy(h.flatten(0, 1), y.flatten(), reduction="none").view_as(y)
         loss = (losses * mask).sum(1) / count
-        term = self.step.loss(leaves)
+        term = self.step.client_loss(leaves, extras or {})
         if term is not None:
             loss = loss + term
         grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
@@ -277,15 +290,26 @@ class VmapGradients(Gradients):
         self.vmapped = vmap(grad_and_value(self._loss))
 
     def __call__(
-        self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor
+        self,
+        params: Tensors,
+        x: Tensor,
+        y: Tensor,
+        mask: Tensor,
+        count: Tensor,
+        extras: Tensors | None = None,
     ) -> tuple[Tensors, Tensor]:
-        return self.vmapped(params, x, y, mask, count)
+        return self.vmapped(params, x, y, mask, count, extras or {})
 
-    def _loss(self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor) -> Tensor:
+    def _loss(
+        self, params: Tensors, x: Tensor, y: Tensor, mask: Tensor, count: Tensor, extras: Tensors
+    ) -> Tensor:
         logits = functional_call(self.model, (params, self.buffers), (x,))
         losses = F.cross_entropy(logits, y, reduction="none")
         loss = (losses * mask).sum() / count
-        term = self.step.loss({n: p.unsqueeze(0) for n, p in params.items()})  # a cohort of one
+        term = self.step.client_loss(  # a cohort of one
+            {n: p.unsqueeze(0) for n, p in params.items()},
+            {n: e.unsqueeze(0) for n, e in extras.items()},
+        )
         return loss if term is None else (loss + term).sum()
 
 
@@ -309,9 +333,9 @@ class _Chunk:
         self.params = {
             n: gradients.layout(n, start[n].expand(count, *start[n].shape)) for n in names
         }
-        self.extras = {
+        self.extras = {  # parameters' extras first, in the parameters' order
             n: gradients.layout(n, torch.stack([c.extras[n] for c in clients]))
-            for n in names
+            for n in [*names, *(n for n in clients[0].extras if n not in names)]
             if n in clients[0].extras
         }
         self._batches()
@@ -356,11 +380,16 @@ class _Chunk:
             active = sum(c.steps > s for c in self.clients)
             params = {n: p[:active] for n, p in self.params.items()}
             idx = self.index[s, :active]
+            extras = {n: e[:active] for n, e in self.extras.items()}
             grads, loss = self.gradients(
-                params, self.x[idx], self.y[idx], self.mask[s, :active], self.count[s, :active]
+                params,
+                self.x[idx],
+                self.y[idx],
+                self.mask[s, :active],
+                self.count[s, :active],
+                extras,
             )
             losses[s, :active] = loss
-            extras = {n: e[:active] for n, e in self.extras.items()}
             grads = self.step.correct(grads, extras)
             sgd(
                 list(params.values()),

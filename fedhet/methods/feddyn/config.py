@@ -1,0 +1,30 @@
+"""FedDyn's spec block: `algorithm: {name: feddyn, alpha: ..., alpha_per_client: ...}`."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from fedhet.plugin import OMIT_IF_DEFAULT, MethodConfig
+
+
+class FedDynConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.feddyn.algorithm:FedDyn"
+    accepts_objectives: ClassVar[bool] = True
+    name: Literal["feddyn"] = "feddyn"
+    alpha: float = Field(
+        0.01,
+        gt=0,
+        allow_inf_nan=False,
+        description="alpha of the dynamic regularizer (the official code's example: 0.01; the "
+        "paper searches {0.1, 0.01, 0.001})",
+    )
+    alpha_per_client: Annotated[Literal["size", "uniform"], OMIT_IF_DEFAULT] = Field(
+        "size",
+        description="size: client k trains with alpha * (mean size) / n_k, as the official code; "
+        "uniform: every client with alpha, as the paper's Algorithm 1 (equal sizes: the same)",
+    )
+
+    def base_label(self) -> str:
+        return self.name + ("(uniform alpha)" if self.alpha_per_client == "uniform" else "")
