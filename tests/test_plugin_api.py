@@ -30,7 +30,7 @@ SPEC = {
     "partition": {"scheme": "dirichlet", "clients": 6, "alpha": 0.5},
     "model": {"arch": "mlp", "hidden": [16]},
     "federation": {"rounds": ROUNDS, "batch_size": 32, "lr": 0.05},
-    "algorithm": {"name": "fedavgm", "beta": 0.9, "server_lr": 0.7},
+    "algorithm": {"name": "plugin_fedavgm", "beta": 0.9, "server_lr": 0.7},
     "runtime": {"progress": False},
 }
 
@@ -58,7 +58,7 @@ def test_a_plugin_imports_only_fedhet_plugin(package):
 @pytest.fixture
 def fedavgm(monkeypatch):
     """tests/plugins/fedhet_fedavgm registered through its entry point, as pip would."""
-    entry = EntryPoint("fedavgm", "fedhet_fedavgm.plugin:METHOD", registry.GROUP)
+    entry = EntryPoint("plugin_fedavgm", "fedhet_fedavgm.plugin:METHOD", registry.GROUP)
     installed = [*entry_points(group=registry.GROUP), entry]
     monkeypatch.syspath_prepend(str(PLUGINS / "fedhet_fedavgm"))
     monkeypatch.setattr(registry, "entry_points", lambda group: installed)
