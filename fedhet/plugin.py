@@ -2,7 +2,7 @@
 
 fedhet's own methods (`fedhet/methods/<name>/`) import only this module and their own folder,
 as a third-party plug-in does (an import contract in pyproject.toml keeps it so). A method is a
-package with up to four parts; README "Write your own method" walks through a complete one.
+package with up to four parts; docs/how-to/write-a-method.md walks through a complete one.
 
 Describing a method (light: validating and planning a spec import no torch)
     Method(name, configs, objectives, stages, commands)

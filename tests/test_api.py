@@ -1,5 +1,5 @@
-"""The Python API: the README's example runs as written (in a temporary store and folder), and
-its tables agree with what the command line stores and exports."""
+"""The Python API: the example of docs/how-to/python.md runs as written (in a temporary store
+and folder), and its tables agree with what the command line stores and exports."""
 
 from __future__ import annotations
 
@@ -17,19 +17,24 @@ REPO = Path(__file__).resolve().parents[1]
 OVERRIDES = ("federation.rounds=2", "matrix.algorithm=[{name: fedavg}, {name: fedprox, mu: 0.01}]")
 
 
-def readme_example() -> str:
-    text = (REPO / "README.md").read_text()
-    block = re.search(r"<!-- api-example[^>]*-->\n```python\n(.*?)```", text, re.S)
-    assert block, "the README's API example is marked <!-- api-example -->"
+EXAMPLE_PAGE = "docs/how-to/python.md"
+
+
+def docs_example() -> str:
+    text = (REPO / EXAMPLE_PAGE).read_text()
+    block = re.search(
+        r"<!-- api-example[^>]*-->\n(?:<!--[^>]*-->\n)*```python\n(.*?)```", text, re.S
+    )
+    assert block, f"{EXAMPLE_PAGE}'s API example is marked <!-- api-example -->"
     return block.group(1)
 
 
 @pytest.mark.slow
-def test_the_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
-    code = readme_example().replace('store="artifacts"', f'store="{tmp_path / "store"}"')
+def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    code = docs_example().replace('store="artifacts"', f'store="{tmp_path / "store"}"')
     code = code.replace('report("reports")', f'report("{tmp_path / "reports"}")')
     monkeypatch.chdir(REPO)
-    exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})  # here: torch is loaded
+    exec(compile(code, EXAMPLE_PAGE, "exec"), {"__name__": "__main__"})  # here: torch is loaded
     printed = capsys.readouterr().out
     assert "within noise" in printed or "ahead" in printed or "behind" in printed
     assert (tmp_path / "reports" / "quickstart.md").exists()

@@ -1,6 +1,7 @@
-"""The README's result tables are written from the committed reports (`make readme`), never
-typed by hand: the committed README must equal what the generator writes, and the generator
-reads a report's tables, recomputes verdicts with the current floor and names the machine."""
+"""The documentation's result tables (docs/results/) are written from the committed reports
+(`make readme`), never typed by hand: the committed pages must equal what the generator writes,
+and the generator reads a report's tables, recomputes verdicts with the current floor and names
+the machine."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import yaml
 from conftest import REPO
 
 from fedhet.core.errors import InputError
-from fedhet.reports.readme import write_readme
+from fedhet.reports.readme import documentation_pages, write_pages
 
 REPORT = """# toy
 
@@ -31,11 +32,22 @@ REPORT = """# toy
 """  # noqa: E501
 
 
-def test_the_committed_readme_is_what_the_generator_writes(tmp_path):
-    copy = tmp_path / "README.md"
-    copy.write_text((REPO / "README.md").read_text())
-    write_readme(copy, REPO / "reports" / "readme.yaml")
-    assert copy.read_text() == (REPO / "README.md").read_text(), "run `make readme`"
+def test_the_committed_pages_are_what_the_generator_writes(tmp_path):
+    pages = documentation_pages(REPO)
+    copies = []
+    for page in pages:
+        copy = tmp_path / page.relative_to(REPO)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(page.read_text())
+        copies.append(copy)
+    written = write_pages(copies, REPO / "reports" / "readme.yaml")
+    # the results tables live on the results pages
+    assert {p.relative_to(tmp_path).as_posix() for p in written.values()} == {
+        "docs/results/index.md",
+        "docs/results/papers.md",
+    }
+    for page, copy in zip(pages, copies, strict=True):
+        assert copy.read_text() == page.read_text(), f"{page.relative_to(REPO)}: run `make readme`"
 
 
 def test_blocks_come_from_the_reports_with_the_floor_and_the_machine(tmp_path):
@@ -50,10 +62,18 @@ def test_blocks_come_from_the_reports_with_the_floor_and_the_machine(tmp_path):
              "flip": True}]},
     }  # fmt: skip
     (tmp_path / "readme.yaml").write_text(yaml.safe_dump(config))
-    readme = tmp_path / "README.md"
-    readme.write_text("".join(f"<!-- generated:{n} -->\nold\n<!-- end:{n} -->\n" for n in config))
-    write_readme(readme, tmp_path / "readme.yaml")
-    text = readme.read_text()
+    # the blocks spread over two pages, in any order
+    first, second = tmp_path / "a.md", tmp_path / "b.md"
+    first.write_text(
+        "".join(f"<!-- generated:{n} -->\nold\n<!-- end:{n} -->\n" for n in ["claims"])
+    )
+    second.write_text(
+        "`<!-- generated:NAME -->` shown inline is no block\n"
+        + "".join(f"<!-- generated:{n} -->\nold\n<!-- end:{n} -->\n" for n in ["pairs", "cells"])
+    )
+    written = write_pages([first, second], tmp_path / "readme.yaml")
+    assert written == {"claims": first, "pairs": second, "cells": second}
+    text = first.read_text() + second.read_text()
     assert "| toy | 80.40 ± 1.00 / 66.00 ± 2.00 |" in text
     # the report said "ahead" for +0.40; under the half-point floor it is negligible
     assert "| mine | +0.40 [+0.22, +0.58] negligible | +6.00 [+4.00, +8.00] ahead |" in text
@@ -64,8 +84,17 @@ def test_blocks_come_from_the_reports_with_the_floor_and_the_machine(tmp_path):
     assert "old" not in text
 
 
-def test_a_block_missing_from_the_readme_is_named(tmp_path):
+def test_a_block_without_a_page_or_an_entry_is_named(tmp_path):
     (tmp_path / "readme.yaml").write_text(yaml.safe_dump({"x": {"kind": "table", "report": "a"}}))
-    (tmp_path / "README.md").write_text("no blocks here\n")
-    with pytest.raises(InputError, match="no block <!-- generated:x -->"):
-        write_readme(tmp_path / "README.md", tmp_path / "readme.yaml")
+    page = tmp_path / "page.md"
+    page.write_text("no blocks here\n")
+    with pytest.raises(InputError, match="no page has a block <!-- generated:x -->"):
+        write_pages([page], tmp_path / "readme.yaml")
+    page.write_text("<!-- generated:x -->\n<!-- end:x -->\n<!-- generated:y -->\n<!-- end:y -->\n")
+    with pytest.raises(InputError, match="block <!-- generated:y --> has no entry"):
+        write_pages([page], tmp_path / "readme.yaml")
+    other = tmp_path / "other.md"
+    other.write_text("<!-- generated:x -->\n<!-- end:x -->\n")
+    page.write_text("<!-- generated:x -->\n<!-- end:x -->\n")
+    with pytest.raises(InputError, match="block x is generated twice"):
+        write_pages([page, other], tmp_path / "readme.yaml")

@@ -1,7 +1,7 @@
-"""`fedhet tune`: the README's example runs as written, selection never reads the test split,
-trials are ordinary runs (reused by a second or larger tune, computed once when shared), the
-choices do not depend on --jobs, budgets are equal unless the spec says otherwise, and bad input
-exits 2 in one line."""
+"""`fedhet tune`: the example of docs/how-to/tune.md runs as written, selection never reads the
+test split, trials are ordinary runs (reused by a second or larger tune, computed once when
+shared), the choices do not depend on --jobs, budgets are equal unless the spec says otherwise,
+and bad input exits 2 in one line."""
 
 from __future__ import annotations
 
@@ -62,21 +62,21 @@ def _keys(spec: Any) -> list[str]:
     return [node.key for run in runs_of(spec) for node in run.node.walk()]
 
 
-def readme_commands() -> list[str]:
-    text = (REPO / "README.md").read_text()
+def docs_commands() -> list[str]:
+    text = (REPO / "docs/how-to/tune.md").read_text()
     section = text.split("<!-- tune:start -->")[1].split("<!-- tune:end -->")[0]
     block = re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0]
     return [line for line in block.splitlines() if line.strip()]
 
 
 @pytest.mark.slow
-def test_the_readme_example_runs_as_written(fedhet: CliRunner, tmp_path: Path):
+def test_the_docs_example_runs_as_written(fedhet: CliRunner, tmp_path: Path):
     (tmp_path / "specs").mkdir()
     shutil.copy(REPO / "specs" / "tune_digits.yaml", tmp_path / "specs")
     env = cli_env()
     env.pop("FEDHET_STORE", None)  # ./artifacts of the folder, as for a reader
     results = {}
-    for line in readme_commands():
+    for line in docs_commands():
         program, *args = shlex.split(line, comments=True)
         assert program == "fedhet", line
         results[args[0] + (" --trials" if "--trials" in args else "")] = result = fedhet(

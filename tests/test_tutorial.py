@@ -1,5 +1,5 @@
-"""The README tutorial works as written: its commands, run in an empty folder through the
-installed CLI, succeed and make what the text says they make."""
+"""The tutorial (docs/tutorial/first-experiment.md) works as written: its commands, run in an
+empty folder through the installed CLI, succeed and make what the text says they make."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from conftest import REPO, CliResult, CliRunner, cli_env
 
 HEREDOC = re.compile(r"^cat > (\S+) <<'EOF'$")
 NOT_RUN = {"tensorboard"}  # a server that runs until stopped
+TUTORIAL = "docs/tutorial/first-experiment.md"
 
 
 def tutorial_lines() -> list[str]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / TUTORIAL).read_text()
     section = text.split("<!-- tutorial:start -->")[1].split("<!-- tutorial:end -->")[0]
     blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     return [line for block in blocks for line in block.splitlines() if line.strip()]
@@ -46,7 +47,7 @@ def run_tutorial(fedhet: CliRunner, folder: Path) -> list[tuple[str, CliResult]]
     return results
 
 
-def test_the_readme_tutorial_runs_as_written(fedhet: CliRunner, tmp_path: Path):
+def test_the_tutorial_runs_as_written(fedhet: CliRunner, tmp_path: Path):
     ran = run_tutorial(fedhet, tmp_path)
     results = dict(ran)
     assert "skew.yaml: valid (6 runs)" in results["fedhet spec validate skew.yaml"].stdout

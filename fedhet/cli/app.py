@@ -417,7 +417,7 @@ def _tune_section(spec: Spec, path: Path) -> TuneSpec:
     if spec.tune is None:
         raise InputError(
             f"{path}: no tune section; add one, e.g. tune: {{trials: 4, seeds: [100], space: "
-            "{federation.lr: {grid: [0.02, 0.05, 0.1, 0.2]}}} (README: Tuning)"
+            "{federation.lr: {grid: [0.02, 0.05, 0.1, 0.2]}}} (docs/how-to/tune.md)"
         )
     return spec.tune
 

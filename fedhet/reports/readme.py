@@ -1,8 +1,10 @@
-"""The README's result tables, written from the committed reports (`make readme`), so that no
-number in them is typed by hand.
+"""The documentation's result tables, written from the committed reports (`make readme`), so
+that no number in them is typed by hand.
 
-`reports/readme.yaml` names each generated block; the README holds it between
-`<!-- generated:NAME -->` and `<!-- end:NAME -->`, and `write_readme` replaces what is between.
+`reports/readme.yaml` names each generated block; one page of the documentation (README.md or
+docs/**/*.md, the results pages today) holds it between `<!-- generated:NAME -->` and
+`<!-- end:NAME -->`, and `write_pages` replaces what is between. Every block of the pages has
+its entry and every entry its one block, so a table can move between pages without an edit here.
 A block is one of:
 - `table`: a report's main table (best test accuracy, mean ± std over seeds), as it is;
 - `paired`: algorithms x settings of a report's paired table, each cell the mean difference,
@@ -224,28 +226,59 @@ def block(name: str, entry: dict[str, Any], folder: Path) -> str:
     return builders[kind](read_report(folder / f"{entry['report']}.md"), entry)
 
 
-def write_readme(readme: Path, config: Path) -> list[str]:
-    """Replace every generated block of `readme` from the reports next to `config`; the names
-    of the blocks written."""
-    entries = yaml.safe_load(config.read_text())
-    text = readme.read_text()
+# a block starts on a line of its own (a page may show the marker inline, in backticks)
+GENERATED = re.compile(r"^<!-- generated:([\w.-]+) -->$", re.MULTILINE)
+
+
+def documentation_pages(root: Path) -> list[Path]:
+    """The pages that may hold generated blocks: the README and every page of docs/."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def write_pages(pages: list[Path], config: Path) -> dict[str, Path]:
+    """Replace every generated block of `pages` from the reports next to `config`; each block's
+    name -> the page it was written into. A page is rewritten only when a block of it changed."""
+    entries = yaml.safe_load(config.read_text()) or {}
+    texts = {page: page.read_text() for page in pages}
+    where: dict[str, Path] = {}
+    for page, text in texts.items():
+        for name in GENERATED.findall(text):
+            if name not in entries:
+                raise InputError(
+                    f"{page}: block <!-- generated:{name} --> has no entry in {config}"
+                )
+            if name in where:
+                raise InputError(f"block {name} is generated twice: in {where[name]} and {page}")
+            where[name] = page
     for name, entry in entries.items():
-        start, end = f"<!-- generated:{name} -->", f"<!-- end:{name} -->"
-        if start not in text or end not in text:
-            raise InputError(f"{readme}: no block {start} ... {end} for readme.yaml's {name}")
-        before, rest = text.split(start, 1)
-        _, after = rest.split(end, 1)
-        text = f"{before}{start}\n{block(name, entry, config.parent)}\n{end}{after}"
-    readme.write_text(text)
-    return list(entries)
+        if name not in where:
+            raise InputError(
+                f"no page has a block <!-- generated:{name} --> ... <!-- end:{name} --> for "
+                f"{config.name}'s {name}"
+            )
+        page, start, end = where[name], f"<!-- generated:{name} -->", f"<!-- end:{name} -->"
+        text = texts[page]
+        opened = re.search(f"^{re.escape(start)}$", text, re.MULTILINE)
+        assert opened is not None  # found above
+        closed = re.compile(f"^{re.escape(end)}$", re.MULTILINE).search(text, opened.end())
+        if closed is None:
+            raise InputError(f"{page}: block {start} has no {end} on a line of its own")
+        generated = block(name, entry, config.parent)
+        texts[page] = f"{text[: opened.start()]}{start}\n{generated}\n{end}{text[closed.end() :]}"
+    for page, text in texts.items():
+        if text != page.read_text():
+            page.write_text(text)
+    return where
 
 
 def main() -> None:
     try:
-        written = write_readme(Path("README.md"), Path("reports/readme.yaml"))
+        written = write_pages(documentation_pages(Path(".")), Path("reports/readme.yaml"))
     except InputError as err:
         raise SystemExit(f"make readme: {err}") from None
-    print(f"README.md: {len(written)} generated blocks written ({', '.join(written)})")
+    for page in dict.fromkeys(written.values()):
+        names = [name for name, where in written.items() if where == page]
+        print(f"{page}: {len(names)} generated blocks written ({', '.join(names)})")
 
 
 if __name__ == "__main__":
