@@ -342,24 +342,33 @@ def train(
     reads "diverged k/n": in round k of n). A divergence is recorded: the next `train` reports
     it without computing the run again, unless --retry-diverged."""
     spec = _load(path, data_root, overrides, only)
-    from fedhet.cli.sweep_view import SweepView
     from fedhet.execution.planning import runs_of
-    from fedhet.execution.train import Options
-    from fedhet.execution.train import train as train_runs
 
-    if jobs is not None and jobs < 1:
-        raise InputError(f"--jobs {jobs}: give at least 1 worker process")
     st = ArtifactStore(store)
     runs = runs_of(spec)
-    live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
-    options = Options(jobs, ray_address or ("local" if ray else None), retry_diverged)
-    rows, failures = train_runs(runs, st, options, SweepView(runs, st, err, live))
+    ray_at = ray_address or ("local" if ray else None)
+    rows, failures = _train(runs, st, jobs, ray_at, retry_diverged)
     columns = [c for c in present(RESULT_COLUMNS, rows) if any(c.key in r for r in rows)]
     show(out, rows, columns, fmt, title=path.stem)
     if len(failures) == 1:
         raise failures[0]
     if failures:
         raise RunError(f"{len(failures)} runs failed; the first: {failures[0]}")
+
+
+def _train(
+    runs: list, store: ArtifactStore, jobs: int | None, ray: str | None, retry_diverged: bool
+) -> tuple[list[dict], list[FedhetError]]:
+    """Compute the runs' missing stages (in `jobs` processes, or on Ray), showing progress."""
+    from fedhet.cli.sweep_view import SweepView
+    from fedhet.execution.train import Options
+    from fedhet.execution.train import train as train_runs
+
+    if jobs is not None and jobs < 1:
+        raise InputError(f"--jobs {jobs}: give at least 1 worker process")
+    live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
+    options = Options(jobs, ray, retry_diverged)
+    return train_runs(runs, store, options, SweepView(runs, store, err, live))
 
 
 @app.command(
@@ -690,6 +699,10 @@ def report(
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
     train: TrainOpt = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", help="with --train: N worker processes compute the missing runs"),
+    ] = None,
     baseline: Annotated[
         str | None,
         typer.Option(
@@ -727,6 +740,8 @@ def report(
         spec, runs, section = _tuned_runs(path, spec, st, train, overrides)
     else:
         runs = _stored_runs(path, spec, st, train, overrides)
+    if train and jobs is not None:  # in parallel first; a failed run is a row of the report
+        _train(runs, st, jobs, None, retry_diverged=False)
     md, png = write_report(spec, runs, st, out_dir, err, train, baseline, minimum, section)
     out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
     out.print(f"wrote {md} and {png}")
