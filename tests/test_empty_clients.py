@@ -60,6 +60,7 @@ CONFIGS = {
     "feddf": ({"server_data": "noise", "steps": 3, "patience": None}, {}),
     "moon": ({"projection_width": 8}, {}),
     "local": ({}, {}),
+    "feddyn": ({}, {}),
     "mixup": ({}, {}),
     "fedmix": ({}, {}),
     "fedtan": ({}, {"model": BN_CNN}),
