@@ -134,7 +134,8 @@ def test_switching_the_scheme_says_where_a_field_applies_and_how_to_drop_it(
 
 
 def test_an_algorithm_field_for_another_algorithm_names_it():
-    with pytest.raises(InputError, match="algorithm.mu: applies to algorithm fedbr, fedprox, moon only"):
+    mu_owners = "algorithm.mu: applies to algorithm fedbr, fedprox, moon only"
+    with pytest.raises(InputError, match=mu_owners):
         parse_spec({"algorithm": {"name": "fedavg", "mu": 0.1}})
     with pytest.raises(InputError, match="algorithm.vhl: applies to algorithm .*fedavg, .*fednova"):
         parse_spec({"algorithm": {"name": "tct", "vhl": {}}})
