@@ -113,9 +113,54 @@ class RotationSpec(Section):
     )
 
 
+FeatureShiftKind = Literal["noise", "contrast", "blur"]
+# the largest level of each kind: noise's std and blur's sigma in pixels' units, contrast's
+# reduction (1 flattens every image to its mean)
+FEATURE_SHIFT_MAX: dict[str, float] = {"noise": 10.0, "contrast": 1.0, "blur": 100.0}
+
+
+class FeatureShiftSpec(Section):
+    """Feature shift by an input transform (fedhet.data.feature_shift): client k's inputs get
+    `kind` at `levels[k]`, or at max * k / (K - 1) (evenly from 0 to `max` over the K clients).
+    Level 0 leaves a client's inputs as they are."""
+
+    kind: FeatureShiftKind = Field(
+        description="noise: Gaussian noise of std `level` (pixels in [0, 1]), drawn once per "
+        "sample; contrast: each image scaled around its mean by 1 - `level`; blur: Gaussian "
+        "blur of sigma `level` pixels"
+    )
+    levels: list[Annotated[float, Field(ge=0)]] | None = Field(
+        None, max_length=MAX_CLIENTS, description="one level per client"
+    )
+    max: float | None = Field(None, ge=0, description="levels spread from 0 to max over clients")
+
+    @model_validator(mode="after")
+    def _levels_given_once(self) -> FeatureShiftSpec:
+        if (self.levels is None) == (self.max is None):
+            raise ValueError("give either levels (one per client) or max, not both or neither")
+        ceiling = FEATURE_SHIFT_MAX[self.kind]
+        given = [self.max] if self.levels is None else self.levels
+        highest = max(given, default=0.0)
+        if highest is not None and highest > ceiling:
+            field = "max" if self.levels is None else "levels"
+            raise ValueError(f"{field} reaches {highest}; {self.kind} levels go up to {ceiling}")
+        return self
+
+    def client_levels(self, clients: int) -> list[float]:
+        """Each client's level."""
+        if self.levels is not None:
+            return list(self.levels)
+        assert self.max is not None
+        return [self.max * k / (clients - 1) if clients > 1 else 0.0 for k in range(clients)]
+
+
 class _PartitionBase(Section):
     clients: int = Field(10, ge=1, le=MAX_CLIENTS)
     rotation: RotationSpec | None = None
+    feature_shift: Annotated[FeatureShiftSpec | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        description="a per-client input transform (noise, contrast or blur), after the rotation",
+    )
     max_samples: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
         None,
         ge=1,
@@ -232,6 +277,8 @@ def partition_label(p: BaseModel) -> str:
     }[p.scheme]
     if p.rotation is not None and p.scheme != "rotation":
         base += "+rot"
+    if p.feature_shift is not None:
+        base += f"+{p.feature_shift.kind}"
     if p.max_samples is not None:
         base += f", <={p.max_samples}/client"
     return base
@@ -508,6 +555,13 @@ class Spec(Section):
                 f"partition.rotation.angles has {len(angles)} entries for "
                 f"{self.partition.clients} clients; give one angle per client"
             )
+        shift = self.partition.feature_shift
+        if shift is not None and shift.levels is not None:
+            if len(shift.levels) != self.partition.clients:
+                raise ValueError(
+                    f"partition.feature_shift.levels has {len(shift.levels)} entries for "
+                    f"{self.partition.clients} clients; give one level per client"
+                )
         problem = natural_problem(self.data, self.partition)
         if problem is not None:
             raise ValueError(problem)

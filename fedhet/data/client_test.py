@@ -30,7 +30,8 @@ from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.rng import numpy_rng
 from fedhet.core.spec import Spec
 from fedhet.data.clients import ClientData
-from fedhet.data.datasets import load_data, rotate
+from fedhet.data.datasets import load_data
+from fedhet.data.feature_shift import ClientDomains
 from fedhet.data.partition_format import load_index_lists, load_partition, save_index_lists
 from fedhet.data.partition_plan import partition_node
 
@@ -91,14 +92,13 @@ def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
 def client_test_data(
     spec: Spec, partition: zarr.Group, client_test: zarr.Group, device: torch.device
 ) -> list[ClientData]:
-    """Each client's test samples (from a `client_test` artifact) on `device`; with a rotation
-    feature shift, rotated by the client's own angle (its domain)."""
+    """Each client's test samples (from a `client_test` artifact) on `device`, in the client's
+    domain with a feature shift (its rotation, its noise, contrast or blur:
+    fedhet.data.feature_shift)."""
     ds = load_data(spec.data, seed=spec.seed)
-    angles = load_partition(partition).angles
+    domains = ClientDomains.of(spec, load_partition(partition).angles, ds)
     clients = []
     for cid, idx in enumerate(load_index_lists(client_test)):
-        x = ds.test_x[torch.from_numpy(idx)]
-        if angles is not None and angles[cid] != 0:
-            x = rotate(x, float(angles[cid]), ds.mean, ds.std, spec.partition.interpolation)
+        x = domains.apply(ds.test_x[torch.from_numpy(idx)], cid, "client_test")
         clients.append(ClientData(cid, x.to(device), ds.test_y[torch.from_numpy(idx)].to(device)))
     return clients

@@ -17,6 +17,7 @@ from fedhet.core.errors import InputError
 from fedhet.core.spec import Spec
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import Dataset, Interpolation, load_data, rotate
+from fedhet.data.feature_shift import ClientDomains
 from fedhet.data.partition import Partition
 from fedhet.data.partition_format import load_partition
 from fedhet.data.partition_stage import spec_partition
@@ -79,58 +80,39 @@ def build_setup(spec: Spec, partition: zarr.Group | Partition | None = None) -> 
         part = partition
     else:
         part = load_partition(partition)
-    mode = spec.partition.interpolation
+    domains = ClientDomains.of(spec, part.angles, ds)
     clients = [
-        client_data(ds, part, cid, idx, device, mode) for cid, idx in enumerate(part.client_indices)
+        client_data(ds, domains, cid, idx, device) for cid, idx in enumerate(part.client_indices)
     ]
     validation = None
     if part.validation_indices is not None:
         held = [
-            client_data(ds, part, c, i, device, mode) for c, i in enumerate(part.validation_indices)
+            client_data(ds, domains, c, i, device, "validation")
+            for c, i in enumerate(part.validation_indices)
         ]
         validation = ClientData(-1, torch.cat([h.x for h in held]), torch.cat([h.y for h in held]))
     server = None
     if part.server_indices is not None:  # as the dataset gives them: no client's feature shift
         idx = torch.from_numpy(part.server_indices)
         server = ClientData(-2, ds.train_x[idx].to(device), ds.train_y[idx].to(device))
-    if part.angles is not None:
-        ds = replace(ds, test_x=rotated_like_clients(ds, part.angles, mode))
+    if domains.shifted:
+        ds = replace(ds, test_x=domains.like_clients(ds.test_x))
     ds_device = ds if device.type == "cpu" else _to_device(ds, device)
     return TrainSetup(spec, ds_device, clients, device, validation=validation, server=server)
 
 
 def client_data(
     ds: Dataset,
-    part: Partition,
+    domains: ClientDomains,
     cid: int,
     idx: np.ndarray,
     device: torch.device,
-    interpolation: Interpolation = "bilinear",
+    split: str = "train",
 ) -> ClientData:
-    """Client `cid`'s training samples at `idx`, with its feature shift applied."""
-    x = ds.train_x[torch.from_numpy(idx)]
-    if part.angles is not None and part.angles[cid] != 0:
-        x = rotate(x, float(part.angles[cid]), ds.mean, ds.std, interpolation)
+    """Client `cid`'s training samples at `idx` (of `split`: train or validation), in its domain
+    (its feature shift applied: fedhet.data.feature_shift)."""
+    x = domains.apply(ds.train_x[torch.from_numpy(idx)], cid, split)
     return ClientData(cid, x.to(device), ds.train_y[torch.from_numpy(idx)].to(device))
-
-
-def rotated_like_clients(
-    ds: Dataset, angles: np.ndarray, interpolation: Interpolation = "bilinear"
-) -> torch.Tensor:
-    """The test images, image i rotated by client (i mod K)'s angle.
-
-    With a rotation feature shift the test set covers every client's domain equally, so
-    accuracy is the mean over the clients' rotated test domains, as the rotated-data papers report.
-    """
-    test_x = ds.test_x.clone()
-    position = torch.arange(len(test_x))
-    for cid, degrees in enumerate(angles):
-        members = position % len(angles) == cid
-        if degrees != 0:
-            test_x[members] = rotate(
-                test_x[members], float(degrees), ds.mean, ds.std, interpolation
-            )
-    return test_x
 
 
 def own_angle_test(
