@@ -70,6 +70,8 @@ bench: install
 	$(BIN)/python -m benchmarks.stage2_speed
 	$(BIN)/python -m benchmarks.sweep_throughput
 	$(BIN)/python -m benchmarks.cross_device
+	$(BIN)/python -m benchmarks.threads_under_load
+	$(BIN)/python -m benchmarks.stored_commands
 
 clean:
 	rm -rf $(VENV) .lockenv artifacts .pytest_cache

@@ -43,6 +43,7 @@ def test_the_committed_pages_are_what_the_generator_writes(tmp_path):
     written = write_pages(copies, REPO / "reports" / "readme.yaml")
     # the results tables live on the results pages
     assert {p.relative_to(tmp_path).as_posix() for p in written.values()} == {
+        "docs/results/baselines.md",
         "docs/results/index.md",
         "docs/results/papers.md",
     }

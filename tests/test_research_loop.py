@@ -70,7 +70,8 @@ def test_overrides_give_the_keys_of_an_edited_file(fedhet: CliRunner, tmp_path: 
         ("matrix.sead=[0,1]", "override 'matrix.sead=[0,1]': "),  # matrix takes any axis name
         (
             "algorithm.mu=0.1",
-            "override 'algorithm.mu=0.1': algorithm.mu: applies to algorithm fedbr, fedprox only",
+            "override 'algorithm.mu=0.1': algorithm.mu: applies to algorithm fedbr, fedprox, "
+            "moon only",
         ),
         ("seed.value=1", "override 'seed.value=1': seed is a value, not a section"),
         ("rounds", "override 'rounds': expected PATH=VALUE"),

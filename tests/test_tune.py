@@ -190,7 +190,7 @@ def test_the_choices_do_not_depend_on_jobs(fedhet: CliRunner, tmp_path):
         (
             {"tune": {"space": {"algorithm.mu": {"grid": [0.01, 0.1]}}}},
             "tune.space.algorithm.mu: 0.01 gives an invalid fedavg run: algorithm.mu: applies to "
-            "algorithm fedbr, fedprox only; remove it or set algorithm.name",
+            "algorithm fedbr, fedprox, moon only; remove it or set algorithm.name",
         ),
         (
             {"tune": {"space": {"seed": {"grid": [1, 2]}}}},
