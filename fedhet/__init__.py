@@ -4,14 +4,7 @@
 imported on first use, so `import fedhet` stays light.
 """
 
-import os
-
 __version__ = "0.1.0"
-
-# OpenMP threads that wait for work sleep instead of spinning, so a run on a busy machine gives
-# cores back (read when torch loads its OpenMP runtime: here, before any fedhet module imports
-# torch; fedhet.process.cores explains the thread default).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def __getattr__(name: str):

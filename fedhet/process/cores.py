@@ -4,8 +4,9 @@ torch's own default is every core of the machine. On a machine where other proce
 cores busy that is the worst choice: its OpenMP threads wait for cores that are not free, and a
 60-round run measured 2.4-11x slower than on one thread. So the default is the cores this
 process may use (its affinity, a cgroup quota) that are free now, split between the `--jobs`
-workers, and OpenMP waits passively (`OMP_WAIT_POLICY`, set by `fedhet/__init__.py` before
-torch loads) so a thread that waits gives its core back.
+workers. OpenMP keeps its own waiting policy: passive waiting (`OMP_WAIT_POLICY=PASSIVE`) made
+two threads 2.9x slower than one on an idle machine (benchmarks/threads_under_load.py, FedAvg
+MLP: 100.3 s against 34.5 s), far worse than the spinning it avoids once busy cores are left out.
 
 Free cores are measured, not guessed from the load average (a minute-long average that misses
 a competitor started seconds ago): the idle time of each usable core over a short interval.
