@@ -13,7 +13,7 @@ TUNED_REPORTS := $(patsubst specs/%.yaml,report-tuned-%,$(TUNED_SPECS))
 # the row a report pairs the others with, where it is not the spec's first algorithm
 BASELINE_fedbr_fmnist_table1 := fedavg(momentum 0.9)
 
-.PHONY: install lock test lint docs quickstart reproduce readme clean-tree bench clean $(REPORTS) $(TUNED_REPORTS)
+.PHONY: install lock test lint docs quickstart reproduce readme clean-tree bench bench-venvs clean $(REPORTS) $(TUNED_REPORTS)
 
 install: $(VENV)/.installed
 
@@ -71,6 +71,11 @@ $(TUNED_REPORTS): report-tuned-%: install clean-tree
 # (reports/readme.yaml).
 readme: install
 	$(BIN)/python -m fedhet.reports.readme
+
+# the reference simulators the benchmarks compare with, each in a venv of its own (not the lock)
+bench-venvs:
+	python3 -m venv .bench/pfl
+	.bench/pfl/bin/pip install --quiet pfl==0.6.0 torch==2.14.1
 
 bench: install
 	$(BIN)/python -m benchmarks.engine_overhead

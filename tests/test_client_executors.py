@@ -1,7 +1,8 @@
-"""`runtime.clients`: the vectorized executor in whole runs. It is never in a key, the executor
-that ran is recorded in the train artifact's environment and reusing a run trained by another
-executor is announced; a full run lands where the seeds' spread of sequential runs lies; what
-cannot run vectorized runs sequentially, said in one line."""
+"""`runtime.clients`: the vectorized and fused executors in whole runs. It is never in a key,
+the executor that ran is recorded in the train artifact's environment and reusing a run trained
+by another executor is announced; a full run lands where the seeds' spread of sequential runs
+lies; what cannot run vectorized or fused runs sequentially, said in one line; auto picks the
+fastest that applies."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import torch
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.engine.client_executors import auto_choice
+from fedhet.engine.loop import Engine
 from fedhet.execution.planning import runs_of
 from fedhet.execution.results import execute
-from fedhet.models import build_model
 
 SPEC = {
     "name": "executors",
@@ -48,7 +49,7 @@ def one_thread():
 def test_the_executor_is_recorded_never_keyed_and_reuse_across_executors_announced(
     tmp_path, one_thread, capsys
 ):
-    runs = {clients: run_of(clients) for clients in ("sequential", "vectorized", "auto")}
+    runs = {clients: run_of(clients) for clients in ("sequential", "vectorized", "fused", "auto")}
     assert len({run.node.key for run in runs.values()}) == 1
     store = ArtifactStore(tmp_path)
     trained = execute(runs["vectorized"], store)
@@ -73,18 +74,21 @@ def final_accuracy(clients: str, seed: int, folder) -> float:
     return group.attrs["summary"]["final"]
 
 
-def test_a_vectorized_run_lands_within_the_seed_spread_of_sequential_runs(tmp_path, one_thread):
-    """Vectorized and sequential runs of one seed take the same steps, rounded differently:
-    their gap must stay far below what changing the seed does. For every seed the paired gap
-    is at most the sequential runs' seed spread (max - min over the seeds), and the vectorized
-    runs' mean lies within that spread."""
+def test_vectorized_and_fused_runs_land_within_the_seed_spread_of_sequential_runs(
+    tmp_path, one_thread
+):
+    """Vectorized, fused and sequential runs of one seed take the same steps, rounded
+    differently: their gap must stay far below what changing the seed does. For every seed the
+    paired gap is at most the sequential runs' seed spread (max - min over the seeds), and each
+    executor's mean lies within that spread."""
     seeds = (0, 1, 2)
     sequential = np.array([final_accuracy("sequential", s, tmp_path) for s in seeds])
-    vectorized = np.array([final_accuracy("vectorized", s, tmp_path) for s in seeds])
     spread = sequential.max() - sequential.min()
     assert spread > 0
-    assert np.abs(vectorized - sequential).max() <= spread
-    assert sequential.min() <= vectorized.mean() <= sequential.max()
+    for clients in ("vectorized", "fused"):
+        other = np.array([final_accuracy(clients, s, tmp_path) for s in seeds])
+        assert np.abs(other - sequential).max() <= spread
+        assert sequential.min() <= other.mean() <= sequential.max()
 
 
 @pytest.mark.parametrize(
@@ -112,10 +116,44 @@ def test_what_cannot_vectorize_runs_sequentially_said_in_one_line(
     assert group.attrs["environment"]["clients"] == "sequential"
 
 
-def test_auto_vectorizes_models_without_convolutions():
-    spec = parse_spec({"model": {"arch": "mlp"}})
-    mlp = build_model(spec.model, (1, 8, 8), 10, 0)
-    cnn = build_model(parse_spec({"model": {"arch": "simple_cnn"}}).model, (1, 8, 8), 10, 0)
-    assert auto_choice(mlp, 50) == "vectorized"
-    assert auto_choice(cnn, 50) == "sequential"
-    assert auto_choice(mlp, 1) == "sequential"
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"algorithm": {"name": "fedprox", "mu": 0.1}}, "fedprox's client step changes local SGD"),
+        ({"model": {"arch": "simple_cnn"}}, "not a chain of Linear, ReLU and Flatten"),
+        ({"algorithm": {"name": "fedavg", "local_momentum": 0.5}}, "momentum"),
+    ],
+)
+def test_what_cannot_run_fused_runs_sequentially_said_in_one_line(
+    tmp_path, one_thread, capsys, changes, reason
+):
+    changes.setdefault("federation", {**SPEC["federation"], "rounds": 2})
+    group = execute(run_of("fused", **changes), ArtifactStore(tmp_path))
+    said = [line for line in capsys.readouterr().err.splitlines() if "clients:" in line]
+    assert len(said) == 1 and said[0].startswith("clients: training sequentially, not fused")
+    assert reason in said[0]
+    assert group.attrs["environment"]["clients"] == "sequential"
+
+
+@pytest.mark.parametrize(
+    ("changes", "choice"),
+    [
+        ({}, "fused"),
+        ({"algorithm": {"name": "fedprox", "mu": 0.1}}, "vectorized"),
+        ({"model": {"arch": "simple_cnn"}}, "sequential"),
+    ],
+)
+def test_auto_picks_fused_then_vectorized_then_sequential(tmp_path, changes, choice):
+    """Fused where the MLP's client step is plain SGD; vectorized for other models without
+    convolutions; sequential for convolutions."""
+    spec = parse_spec({**SPEC, **changes})
+    trainer = Engine.from_spec(spec, tmp_path).algorithm
+    assert auto_choice(trainer, trainer.build_model(), torch.device("cpu")) == choice
+
+
+def test_auto_runs_the_default_spec_fused(tmp_path, one_thread):
+    spec = copy.deepcopy(SPEC)
+    assert "clients" not in spec["runtime"]
+    spec["federation"]["rounds"] = 2
+    (run,) = runs_of(parse_spec(spec))
+    assert execute(run, ArtifactStore(tmp_path)).attrs["environment"]["clients"] == "fused"

@@ -45,7 +45,8 @@ BASE = {
         "weight_decay": 1e-3,
     },
     "algorithm": {"name": "dann"},
-    "runtime": {"threads": 1, "progress": False, "device": "cpu"},
+    # bitwise comparisons against the sequential executor
+    "runtime": {"threads": 1, "progress": False, "device": "cpu", "clients": "sequential"},
 }
 
 

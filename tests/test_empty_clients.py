@@ -114,13 +114,13 @@ def engine_for(
     spec = parse_spec(spec_data({"name": algorithm}, federation=federation))
     engine = Engine.from_spec(spec, folder, ensure(partition_node(spec), RunContext(spec, store)))
     trained: list[int] = []
-    client_update = engine.algorithm.client_update
+    finished = engine.algorithm.finished  # every executor's last word on a trained client
 
-    def recording(job):
+    def recording(job, *args):
         trained.append(job.client.id)
-        return client_update(job)
+        return finished(job, *args)
 
-    engine.algorithm.client_update = recording
+    engine.algorithm.finished = recording
     return engine, trained
 
 

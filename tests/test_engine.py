@@ -35,7 +35,12 @@ def make_spec(checkpoint_every: int = 1000, **sections) -> Spec:
         "partition": {"scheme": "dirichlet", "clients": 6, "alpha": 0.5},
         "model": {"arch": "mlp", "hidden": [16]},
         "federation": {"rounds": 3, "batch_size": 64, "lr": 0.05},
-        "runtime": {"progress": False, "checkpoint_every": checkpoint_every},
+        # bitwise comparisons against the sequential executor
+        "runtime": {
+            "progress": False,
+            "checkpoint_every": checkpoint_every,
+            "clients": "sequential",
+        },
         **sections,
     }
     return parse_spec(raw)

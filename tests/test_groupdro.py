@@ -48,7 +48,8 @@ BASE = {
         "weight_decay": 1e-3,
     },
     "algorithm": {"name": "groupdro"},
-    "runtime": {"threads": 1, "progress": False, "device": "cpu"},
+    # bitwise comparisons against the sequential executor
+    "runtime": {"threads": 1, "progress": False, "device": "cpu", "clients": "sequential"},
 }
 
 

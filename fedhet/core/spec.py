@@ -480,11 +480,13 @@ class RuntimeSpec(Section):
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, le=MAX_THREADS)
-    clients: Literal["sequential", "vectorized", "auto"] = Field(
-        "sequential",
-        description="how a round's clients train: one at a time; vectorized, the cohort as one "
-        "batched computation (float32 rounding differs; algorithms without a vectorized form "
-        "fall back, said once); auto, vectorized for models without convolutions",
+    clients: Literal["sequential", "vectorized", "fused", "auto"] = Field(
+        "auto",
+        description="how a round's clients train: sequential, one at a time through autograd; "
+        "vectorized, the cohort as one batched computation; fused, one at a time with "
+        "hand-derived MLP steps (vectorized and fused round differently in float32; a round "
+        "they cannot run falls back to sequential, said once); auto, the fastest that applies "
+        "(fused on CPU, else vectorized for models without convolutions, else sequential)",
     )
     checkpoint_every: int = Field(5, ge=1, le=MAX_COUNT)
     eval_batch_size: int = Field(1000, ge=1, le=MAX_COUNT)

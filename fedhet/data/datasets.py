@@ -27,9 +27,6 @@ from typing import Literal
 
 import numpy as np
 import torch
-from torchvision import datasets as tv
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms import functional as tvf
 
 from fedhet.core.data_config import DataConfig, check_arrays
 from fedhet.core.errors import InputError, RunError
@@ -39,6 +36,10 @@ from fedhet.data.shapes import input_channels
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 DIGITS_TEST_FRACTION = 0.2
+FASHION_MNIST_CLASSES = (  # torchvision's FashionMNIST.classes
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)  # fmt: skip
 _DIGITS_SPLIT_SEED = 20240601  # fixed: the digits split never depends on an experiment seed
 
 
@@ -141,6 +142,9 @@ def rotate(
     channels = x.shape[-3]
     means, stds = _per_channel(mean, channels), _per_channel(std, channels)
     fill = [-m / s for m, s in zip(means, stds, strict=True)]
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as tvf
+
     mode = InterpolationMode(interpolation)
     return tvf.rotate(x, float(degrees), interpolation=mode, fill=fill)
 
@@ -218,6 +222,9 @@ def _unit(pixels: torch.Tensor, max_value: int) -> torch.Tensor:
 def _resized(x: torch.Tensor, side: int) -> torch.Tensor:
     if x.shape[-2:] == (side, side):
         return x
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as tvf
+
     return tvf.resize(x, [side, side], interpolation=InterpolationMode.BILINEAR, antialias=True)
 
 
@@ -301,22 +308,32 @@ class _TorchvisionSource:
     classes: tuple[str, ...] | None = None  # for datasets without a .classes attribute
 
 
+def _tv():
+    """torchvision's datasets, imported when a dataset is read through them (importing
+    torchvision costs about a second, which a run on Debian's Fashion-MNIST never needs)."""
+    from torchvision import datasets
+
+    return datasets
+
+
 _TORCHVISION = {
-    "mnist": _TorchvisionSource(lambda r, t, d: tv.MNIST(r, train=t, download=d), "MNIST/raw"),
+    "mnist": _TorchvisionSource(
+        lambda r, t, d: _tv().MNIST(r, train=t, download=d), "MNIST/raw"
+    ),
     "fmnist": _TorchvisionSource(
-        lambda r, t, d: tv.FashionMNIST(r, train=t, download=d), "FashionMNIST/raw"
+        lambda r, t, d: _tv().FashionMNIST(r, train=t, download=d), "FashionMNIST/raw"
     ),
     "emnist": _TorchvisionSource(
-        lambda r, t, d: tv.EMNIST(r, split="balanced", train=t, download=d), "EMNIST/raw"
+        lambda r, t, d: _tv().EMNIST(r, split="balanced", train=t, download=d), "EMNIST/raw"
     ),
     "cifar10": _TorchvisionSource(
-        lambda r, t, d: tv.CIFAR10(r, train=t, download=d), "cifar-10-batches-py"
+        lambda r, t, d: _tv().CIFAR10(r, train=t, download=d), "cifar-10-batches-py"
     ),
     "cifar100": _TorchvisionSource(
-        lambda r, t, d: tv.CIFAR100(r, train=t, download=d), "cifar-100-python"
+        lambda r, t, d: _tv().CIFAR100(r, train=t, download=d), "cifar-100-python"
     ),
     "svhn": _TorchvisionSource(
-        lambda r, t, d: tv.SVHN(r, split="train" if t else "test", download=d),
+        lambda r, t, d: _tv().SVHN(r, split="train" if t else "test", download=d),
         "train_32x32.mat",
         classes=tuple(str(digit) for digit in range(10)),
     ),
@@ -326,6 +343,8 @@ _TORCHVISION = {
 def _read_torchvision(name: str, root: Path, download: bool) -> _Raw:
     """Raises RuntimeError (torchvision's) when the files are missing."""
     source = _TORCHVISION[name]
+    if not download and not (root / source.folder).exists():
+        raise RuntimeError(f"{root / source.folder} does not exist")
     train, test = source.make(root, True, download), source.make(root, False, download)
     train_pixels, train_labels = _arrays(train)
     test_pixels, test_labels = _arrays(test)
@@ -335,6 +354,7 @@ def _read_torchvision(name: str, root: Path, download: bool) -> _Raw:
 
 def _arrays(ds: object) -> tuple[torch.Tensor, torch.Tensor]:
     """(uint8 N x C x H x W pixels, int64 labels) straight from a torchvision dataset's arrays."""
+    tv = _tv()
     data = ds.data  # type: ignore[attr-defined]
     if isinstance(ds, tv.SVHN):  # numpy, N x C x H x W view
         labels = torch.from_numpy(ds.labels.astype(np.int64))
@@ -368,7 +388,7 @@ def _read_debian_fashion_mnist() -> _Raw:
         torch.from_numpy(train_y.astype(np.int64)),
         torch.from_numpy(test_x).unsqueeze(1),
         torch.from_numpy(test_y.astype(np.int64)),
-        classes=tuple(tv.FashionMNIST.classes),
+        classes=FASHION_MNIST_CLASSES,
     )
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torchvision.transforms import functional as tvf
 
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import FeatureShiftKind, Spec
@@ -53,6 +52,8 @@ def blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
     height, width = x.shape[-2:]
     taps = 2 * math.ceil(3 * sigma) + 1
     kernel = [min(taps, 2 * width - 1), min(taps, 2 * height - 1)]  # torchvision's (x, y)
+    from torchvision.transforms import functional as tvf  # imported only where blur is used
+
     return tvf.gaussian_blur(x, kernel, [sigma, sigma])
 
 
