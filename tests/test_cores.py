@@ -40,6 +40,13 @@ def test_a_busy_core_is_left_to_its_owner(machine):
     assert cores.default_threads() == 1
 
 
+def test_a_competitor_moved_between_cores_counts_as_the_one_core_it_takes(machine):
+    machine({0: 0.5, 1: 0.52})
+    assert cores.default_threads() == 1
+    machine({0: 0.3, 1: 0.1, 2: 0.05, 3: 0.0})  # background noise takes no core
+    assert cores.default_threads() == 4
+
+
 def test_idle_cores_are_all_used_and_split_between_workers(machine):
     machine({0: 0.0, 1: 0.02, 2: 0.1, 3: 0.0})
     assert cores.default_threads() == 4

@@ -488,7 +488,13 @@ class RuntimeSpec(Section):
         "they cannot run falls back to sequential, said once); auto, the fastest that applies "
         "(fused on CPU, else vectorized for models without convolutions, else sequential)",
     )
-    checkpoint_every: int = Field(5, ge=1, le=MAX_COUNT)
+    checkpoint_every: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="rounds between checkpoints, what a crash can lose (Ctrl-C loses nothing); "
+        "unset: every 5 rounds, skipped while the last checkpoint is under 30 s old",
+    )
     eval_batch_size: int = Field(1000, ge=1, le=MAX_COUNT)
     progress: bool = True
     tensorboard: str | None = Field(

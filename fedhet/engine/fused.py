@@ -102,7 +102,7 @@ def _step(
     loss = float(F.nll_loss(log_p, y))
     # d(batch sum of losses)/d(logits); the mean's 1/batch is folded into the step size
     delta = log_p.exp_().sub_(one_hot)
-    rate = lr / len(y)
+    rate = lr / y.shape[0]
     first_linear = next(i for i, layer in enumerate(chain) if layer.kind == "linear")
     for i in range(len(chain) - 1, first_linear - 1, -1):
         layer, h = chain[i], inputs[i]

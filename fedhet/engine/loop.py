@@ -29,6 +29,9 @@ from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import ClientJob, ClientResult, Traffic, Trainer
 from fedhet.process.interrupts import Interrupted
 
+CHECKPOINT_ROUNDS = 5  # rounds between checkpoints when `runtime.checkpoint_every` is unset,
+CHECKPOINT_MIN_SECONDS = 30.0  # and the least time between two of them then
+
 
 @torch.no_grad()
 def evaluate(
@@ -85,7 +88,7 @@ class Engine:
         algorithm: Trainer,
         setup: TrainSetup,
         checkpoints: Checkpoints,
-        checkpoint_every: int,
+        checkpoint_every: int | None,
         on_round: RoundCallback | None = None,
         executor: ClientExecutor | None = None,
     ):
@@ -98,6 +101,7 @@ class Engine:
         self.weights_all = np.asarray(setup.sizes, dtype=np.float64) / sum(setup.sizes)
         self.holders = setup.holders  # only clients holding samples are ever sampled
         self.continuation: RunState | None = None  # set by `run`: what a longer run goes on from
+        self.last_checkpoint = time.monotonic()
 
     @classmethod
     def from_spec(
@@ -147,14 +151,24 @@ class Engine:
                 before = state.snapshot()  # a round changes `state` in place, step by step
                 self.run_round(rnd, state)
                 state.round = rnd + 1
-                if state.round % self.checkpoint_every == 0 and state.round < rounds:
+                if state.round < rounds and self.checkpoint_due(state.round):
                     self.checkpoints.save(state)
+                    self.last_checkpoint = time.monotonic()
         except Interrupted as stop:  # the round in progress is dropped; the ones before are kept
             self.checkpoints.keep(before)
             stop.where = f"at round {before.round + 1} of {rounds}"
             raise
         self.continuation = continuation(state, before, self.spec.eval.every)
         return state
+
+    def checkpoint_due(self, done: int) -> bool:
+        """Whether the run checkpoints after `done` rounds: every `runtime.checkpoint_every`
+        rounds; unset, every 5 rounds unless the last checkpoint (or the start) is under 30 s
+        old (on a fast run, the writes would cost more than the rounds they keep)."""
+        if self.checkpoint_every is not None:
+            return done % self.checkpoint_every == 0
+        recent = time.monotonic() - self.last_checkpoint < CHECKPOINT_MIN_SECONDS
+        return done % CHECKPOINT_ROUNDS == 0 and not recent
 
     def plan(self, rnd: int) -> RoundPlan:
         """Who is sampled in round `rnd`, how many steps each does and who drops out."""

@@ -21,7 +21,6 @@ from functools import cache
 from pathlib import Path
 
 SAMPLE_S = 0.2  # long enough for a scheduler tick on every core, short beside any run
-BUSY_THRESHOLD = 0.5  # a core busy more than half the interval counts as taken
 _PROC_STAT = Path("/proc/stat")
 _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
@@ -58,22 +57,24 @@ def _cpu_times() -> dict[int, tuple[int, int]]:
 
 
 def busy_cores(cores: list[int], interval: float = SAMPLE_S) -> int:
-    """How many of `cores` other processes keep busy now (0 where /proc/stat is unreadable)."""
+    """How many of `cores` other processes keep busy now (0 where /proc/stat is unreadable):
+    the busy fractions of the cores summed and rounded, so that one competitor the scheduler
+    moves between two cores (each half busy) counts as the one core it takes."""
     try:
         before = _cpu_times()
         time.sleep(interval)
         after = _cpu_times()
     except (OSError, ValueError):
         return 0
-    busy = 0
+    busy = 0.0
     for core in cores:
         if core not in before or core not in after:
             continue
         idle = after[core][0] - before[core][0]
         total = after[core][1] - before[core][1]
-        if total > 0 and 1 - idle / total > BUSY_THRESHOLD:
-            busy += 1
-    return busy
+        if total > 0:
+            busy += 1 - idle / total
+    return round(busy)
 
 
 @cache
