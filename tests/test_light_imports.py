@@ -1,13 +1,29 @@
 """Planning is torch-free: `fedhet plan`, `fedhet runs` and `spec validate` of every committed
-spec import no torch module (issue 22), so they answer before torch's seconds of imports."""
+spec import no torch module (issue 22), so they answer before torch's seconds of imports. zarr
+(0.2 s of imports) waits for an artifact's arrays: the command line, `spec validate` and `plan`
+of a stored spec go without it (issue 36)."""
 
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import TINY_SPEC, CliRunner, write_spec
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def imported(*args: str) -> list[str]:
+    """The modules `python -m fedhet ARGS` imports; the command must succeed."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "fedhet", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    return [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()]
 
 
 @pytest.mark.parametrize(
@@ -25,15 +41,19 @@ REPO = Path(__file__).resolve().parents[1]
     ],
 )
 def test_planning_commands_import_no_torch(command, tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "fedhet", *command, "--store", str(tmp_path)]
-        if command[0] != "spec"
-        else [sys.executable, "-X", "importtime", "-m", "fedhet", *command],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-1000:]
-    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()]
-    assert not [m for m in imported if m == "torch" or m.startswith("torch.")]
+    store = () if command[0] == "spec" else ("--store", str(tmp_path))
+    modules = imported(*command, *store)
+    assert not [m for m in modules if m == "torch" or m.startswith("torch.")]
+
+
+def test_the_command_line_and_spec_validate_import_no_zarr():
+    probe = "import sys, fedhet.cli; print('zarr' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stdout + proc.stderr
+    assert "zarr" not in imported("spec", "validate", "specs/all_methods_fmnist.yaml")
+
+
+def test_planning_a_stored_spec_imports_no_zarr(fedhet: CliRunner, tmp_path):
+    spec, store = write_spec(tmp_path / "spec.yaml", TINY_SPEC), tmp_path / "store"
+    assert fedhet("train", spec, store=store).rc == 0
+    assert "zarr" not in imported("plan", str(spec), "--store", str(store))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import logging
 import os
@@ -980,6 +982,9 @@ def main() -> None:
     FEDHET_DEBUG=1 adds the traceback of an unexpected exception."""
     signals.install()
     _warnings_to_stderr()
+    # at exit, the interpreter's last garbage collections would walk every object the imports
+    # made (pydantic's, typer's: 0.1 s a command); frozen, they are left to the process's end
+    atexit.register(gc.freeze)
     try:
         _add_method_commands()
         with damage_named():  # a damaged stored chunk: one line naming its artifact

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import zarr
 from rich.console import Console
 
 from fedhet.core import divergence, provenance, registry
@@ -25,6 +24,9 @@ from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore, damage_named
 from fedhet.process import allocator
 from fedhet.process.interrupts import Interrupted
+
+if TYPE_CHECKING:
+    import zarr
 
 
 @dataclass
@@ -166,8 +168,8 @@ def compute(node: StageNode, ctx: RunContext, wait: bool) -> str:
     worker, a Ray task)."""
     store, key = ctx.store, node.key
     if store.exists(node.stage, key):
-        group = store.open(node.stage, key)
-        note = provenance.reuse_note(group.attrs.get("environment"), ctx.spec.runtime)
+        environment = store.attrs(node.stage, key).get("environment")
+        note = provenance.reuse_note(environment, ctx.spec.runtime)
         line = f"{node.stage} {key[:12]}: reusing the stored artifact{note}"
         style = "" if note else "dim"  # a reuse across environments stands out
         ctx.console.print(line, style=style, markup=False, soft_wrap=True)

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import zarr
+from typing import TYPE_CHECKING, Any
 
 from fedhet.core import divergence
 from fedhet.core.errors import DivergedError, FedhetError, InputError
@@ -16,6 +14,9 @@ from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensorboard
 from fedhet.execution.planning import Run
 from fedhet.metrics.summary import summarize
+
+if TYPE_CHECKING:
+    import zarr
 
 
 def execute(run: Run, store: ArtifactStore) -> zarr.Group:

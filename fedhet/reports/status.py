@@ -8,16 +8,17 @@ import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedhet.core import divergence
 from fedhet.core.pipeline import StageNode
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactInfo, ArtifactStore
-from fedhet.engine.extension import Extension, stored_prefix
-from fedhet.engine.run_format import Checkpoints
 from fedhet.execution.planning import Run
 from fedhet.execution.results import result_row, stored_divergence, stored_metrics
+
+if TYPE_CHECKING:
+    from fedhet.engine.extension import Extension
 
 STORED, PARTIAL, MISSING, DIVERGED = "stored", "partial", "missing", "diverged"
 DONE = (STORED, DIVERGED)  # a diverged stage is a result too: nothing left to run
@@ -55,6 +56,10 @@ def stage_state(node: StageNode, store: ArtifactStore, spec: Spec) -> StageState
     total = _rounds(node.config)
     if store.exists(node.stage, node.key):
         return StageState(node, STORED, total, total)
+    # imported here: they import zarr (0.15 s), which a stored stage's state does without
+    from fedhet.engine.extension import stored_prefix
+    from fedhet.engine.run_format import Checkpoints
+
     partial = store.partial_dir(node.stage, node.key)
     if not partial.exists():
         extends = stored_prefix(node, node.spec or spec, store)
