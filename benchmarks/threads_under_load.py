@@ -38,11 +38,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--busy", type=int, default=1, help="busy cores while loaded")
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--dataset", default="fmnist", help="fmnist, or digits where absent")
+    parser.add_argument(
+        "--clients", help="runtime.clients (default: the spec's, auto, which runs this fused)"
+    )
     return parser.parse_args()
 
 
-def spec_of(threads: int | None, rounds: int, dataset: str) -> dict:
+def spec_of(threads: int | None, rounds: int, dataset: str, clients: str | None = None) -> dict:
     runtime: dict = {"device": "cpu", "progress": False}
+    if clients is not None:
+        runtime["clients"] = clients
     if threads is not None:
         runtime["threads"] = threads
     return {
@@ -99,7 +104,8 @@ def main() -> None:
     every = len(usable_cores())
     settings = {"default": None, "threads 1": 1, f"threads {every}": every}
     print(
-        f"FedAvg, {args.dataset} MLP, 10 clients, {args.rounds} rounds, {every} usable cores; "
+        f"FedAvg, {args.dataset} MLP, 10 clients, {args.rounds} rounds, {every} usable cores, "
+        f"clients {args.clients or 'default'}; "
         f"loaded = {args.busy} busy-loop process(es); median of {args.repeats}"
     )
     seconds: dict[tuple[str, str], list[float]] = {}
@@ -109,7 +115,7 @@ def main() -> None:
             order = list(settings) if repeat % 2 == 0 else list(reversed(settings))
             for load in ("idle", "loaded"):
                 for name in order:
-                    spec = spec_of(settings[name], args.rounds, args.dataset)
+                    spec = spec_of(settings[name], args.rounds, args.dataset, args.clients)
                     if load == "idle":
                         took = train_seconds(spec, store)
                     else:
