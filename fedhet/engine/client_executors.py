@@ -124,7 +124,7 @@ class FusedExecutor:
         self.ran.add(FUSED)
         head = jobs[0]
         step = self.trainer.client_step(head.round, head.global_state, head.server_state)
-        with one_thread():
+        with one_thread(), torch.no_grad():  # no autograd bookkeeping on any operation
             return [self._train(job, step) for job in jobs]
 
     def _train(self, job: ClientJob, step: ClientStep) -> ClientResult:
