@@ -26,6 +26,8 @@ def machine(monkeypatch):
     def make(busy: dict[int, float], quota: float | None = None):
         cores.free_cores.cache_clear()
         monkeypatch.setattr(cores, "_pinned", [])
+        monkeypatch.setattr(cores, "_first", [])
+        monkeypatch.setattr(cores, "_own_ticks", lambda: 0.0)
         monkeypatch.setattr(cores, "usable_cores", lambda: sorted(busy))
         monkeypatch.setattr(cores, "quota_cores", lambda: quota)
         monkeypatch.setattr(cores, "_cpu_times", _times(busy))
@@ -45,6 +47,21 @@ def test_a_competitor_moved_between_cores_counts_as_the_one_core_it_takes(machin
     assert cores.default_threads() == 1
     machine({0: 0.3, 1: 0.1, 2: 0.05, 3: 0.0})  # background noise takes no core
     assert cores.default_threads() == 4
+
+
+def test_this_process_own_work_since_the_first_reading_is_not_a_competitor(monkeypatch):
+    """The command line reads at its start; a run asks after its imports kept one core busy:
+    that core is this process's, not taken."""
+    readings = iter([{0: (0, 0), 1: (0, 0)}, {0: (5, 100), 1: (95, 100)}])  # core 0 busy
+    monkeypatch.setattr(cores, "_cpu_times", lambda: next(readings))
+    own = iter([0.0, 95.0])  # ...by this process
+    monkeypatch.setattr(cores, "_own_ticks", lambda: next(own))
+    clock = iter([0.0, 1.5, 1.5])
+    monkeypatch.setattr(cores.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(cores.time, "sleep", lambda s: pytest.fail("a first reading needs no wait"))
+    monkeypatch.setattr(cores, "_first", [])
+    cores.start_measuring()
+    assert cores.busy_cores([0, 1]) == 0
 
 
 def test_idle_cores_are_all_used_and_split_between_workers(machine):

@@ -31,6 +31,7 @@ from fedhet.core.store import ArtifactStore, arrays, damage_named
 from fedhet.core.tune_spec import TuneSpec
 from fedhet.data.shapes import data_shape
 from fedhet.data.sizes import require_a_sample_per_client
+from fedhet.process import cores
 from fedhet.process.interrupts import Interrupted
 
 # Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
@@ -980,6 +981,7 @@ def main() -> None:
     """The console script: every way out is an exit code and at most one line on stderr
     (0 ok, 1 failed while running, 2 bad input, 130/143 interrupted); `--debug` or
     FEDHET_DEBUG=1 adds the traceback of an unexpected exception."""
+    cores.start_measuring()  # the thread default's first reading, while the imports run
     signals.install()
     _warnings_to_stderr()
     # at exit, the interpreter's last garbage collections would walk every object the imports

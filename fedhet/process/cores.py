@@ -9,7 +9,9 @@ two threads 2.9x slower than one on an idle machine (benchmarks/threads_under_lo
 MLP: 100.3 s against 34.5 s), far worse than the spinning it avoids once busy cores are left out.
 
 Free cores are measured, not guessed from the load average (a minute-long average that misses
-a competitor started seconds ago): the idle time of each usable core over a short interval.
+a competitor started seconds ago): the busy time of the usable cores over an interval, less this
+process's own. The command line takes the first reading as it starts (`start_measuring`), so by
+the time a run asks for its threads, torch's import has filled the interval and no wait is left.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 SAMPLE_S = 0.2  # long enough for a scheduler tick on every core, short beside any run
 _PROC_STAT = Path("/proc/stat")
+_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 log = logging.getLogger("fedhet")
@@ -56,25 +60,55 @@ def _cpu_times() -> dict[int, tuple[int, int]]:
     return times
 
 
+def _own_ticks() -> float:
+    """This process's CPU time so far (all its threads), in /proc/stat's units."""
+    times = os.times()
+    return (times.user + times.system) * _TICKS_PER_SECOND
+
+
+@dataclass(frozen=True)
+class _Reading:
+    at: float  # time.monotonic()
+    cores: dict[int, tuple[int, int]]  # _cpu_times()
+    own: float  # _own_ticks()
+
+
+def _read() -> _Reading:
+    return _Reading(time.monotonic(), _cpu_times(), _own_ticks())
+
+
+_first: list[_Reading] = []  # the reading taken as the command started, if any
+
+
+def start_measuring() -> None:
+    """Take the free-core measurement's first reading now (a command's start)."""
+    try:
+        _first[:] = [_read()]
+    except (OSError, ValueError):
+        _first.clear()
+
+
 def busy_cores(cores: list[int], interval: float = SAMPLE_S) -> int:
-    """How many of `cores` other processes keep busy now (0 where /proc/stat is unreadable):
-    the busy fractions of the cores summed and rounded, so that one competitor the scheduler
+    """How many of `cores` other processes keep busy (0 where /proc/stat is unreadable): the
+    cores' busy time since the first reading (or over `interval` from now, when there is none
+    that long ago), less this process's own, in cores rounded; one competitor the scheduler
     moves between two cores (each half busy) counts as the one core it takes."""
     try:
-        before = _cpu_times()
-        time.sleep(interval)
-        after = _cpu_times()
+        early = _first and time.monotonic() - _first[0].at >= interval
+        before = _first[0] if early else _read()
+        if not early:
+            time.sleep(interval)
+        after = _read()
     except (OSError, ValueError):
         return 0
-    busy = 0.0
-    for core in cores:
-        if core not in before or core not in after:
-            continue
-        idle = after[core][0] - before[core][0]
-        total = after[core][1] - before[core][1]
-        if total > 0:
-            busy += 1 - idle / total
-    return round(busy)
+    seen = [c for c in cores if c in before.cores and c in after.cores]
+    totals = [after.cores[c][1] - before.cores[c][1] for c in seen]
+    idles = [after.cores[c][0] - before.cores[c][0] for c in seen]
+    if not seen or sum(totals) <= 0:
+        return 0
+    per_core = sum(totals) / len(seen)
+    others = sum(totals) - sum(idles) - (after.own - before.own)
+    return max(0, round(others / per_core))
 
 
 @cache
