@@ -40,7 +40,7 @@ SEQUENTIAL, VECTORIZED, FUSED = "sequential", "vectorized", "fused"
 def auto_choice(trainer: Trainer, model: nn.Module, device: torch.device) -> str:
     """What `runtime.clients: auto` runs, the fastest executor measured for the run
     (benchmarks/cross_device.py, FedAvg MLP, 50 clients a round, batch 10, one CPU thread: fused
-    rounds 2.7x faster than sequential, vectorized 1.1x): fused on a CPU where its steps apply
+    rounds 2.5x faster than sequential, vectorized 1.1x): fused on a CPU where its steps apply
     (an MLP, plain SGD, a method whose client step has no hooks); else vectorized for a cohort
     of models without convolutions (grouped convolutions are no faster than one client at a
     time), on a GPU first; sequential otherwise."""
