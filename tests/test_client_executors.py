@@ -91,11 +91,19 @@ def test_vectorized_and_fused_runs_land_within_the_seed_spread_of_sequential_run
         assert sequential.min() <= other.mean() <= sequential.max()
 
 
+TWO_ROUNDS = {**SPEC["federation"], "rounds": 2}
+
+
 @pytest.mark.parametrize(
-    ("changes", "reason"),
+    ("clients", "changes", "reason"),
     [
-        ({"algorithm": {"name": "fedimpro"}}, "fedimpro trains its clients its own way"),
         (
+            "vectorized",
+            {"algorithm": {"name": "fedimpro"}},
+            "fedimpro trains its clients its own way",
+        ),
+        (
+            "vectorized",
             {
                 "model": {"arch": "mlp", "hidden": [16], "norm": "batch"},
                 "partition": {"scheme": "iid", "clients": 20},
@@ -104,33 +112,29 @@ def test_vectorized_and_fused_runs_land_within_the_seed_spread_of_sequential_run
             },
             "BatchNorm",
         ),
+        (
+            "fused",
+            {"algorithm": {"name": "fedprox", "mu": 0.1}, "federation": TWO_ROUNDS},
+            "fedprox's client step changes local SGD",
+        ),
+        (
+            "fused",
+            {"model": {"arch": "simple_cnn"}, "federation": TWO_ROUNDS},
+            "not a chain of Linear, ReLU and Flatten",
+        ),
+        (
+            "fused",
+            {"algorithm": {"name": "fedavg", "local_momentum": 0.5}, "federation": TWO_ROUNDS},
+            "momentum",
+        ),
     ],
 )
-def test_what_cannot_vectorize_runs_sequentially_said_in_one_line(
-    tmp_path, one_thread, capsys, changes, reason
+def test_what_cannot_run_vectorized_or_fused_runs_sequentially_said_in_one_line(
+    tmp_path, one_thread, capsys, clients, changes, reason
 ):
-    group = execute(run_of("vectorized", **changes), ArtifactStore(tmp_path))
+    group = execute(run_of(clients, **changes), ArtifactStore(tmp_path))
     said = [line for line in capsys.readouterr().err.splitlines() if "clients:" in line]
-    assert len(said) == 1 and said[0].startswith("clients: training sequentially, not vectorized")
-    assert reason in said[0]
-    assert group.attrs["environment"]["clients"] == "sequential"
-
-
-@pytest.mark.parametrize(
-    ("changes", "reason"),
-    [
-        ({"algorithm": {"name": "fedprox", "mu": 0.1}}, "fedprox's client step changes local SGD"),
-        ({"model": {"arch": "simple_cnn"}}, "not a chain of Linear, ReLU and Flatten"),
-        ({"algorithm": {"name": "fedavg", "local_momentum": 0.5}}, "momentum"),
-    ],
-)
-def test_what_cannot_run_fused_runs_sequentially_said_in_one_line(
-    tmp_path, one_thread, capsys, changes, reason
-):
-    changes.setdefault("federation", {**SPEC["federation"], "rounds": 2})
-    group = execute(run_of("fused", **changes), ArtifactStore(tmp_path))
-    said = [line for line in capsys.readouterr().err.splitlines() if "clients:" in line]
-    assert len(said) == 1 and said[0].startswith("clients: training sequentially, not fused")
+    assert len(said) == 1 and said[0].startswith(f"clients: training sequentially, not {clients}")
     assert reason in said[0]
     assert group.attrs["environment"]["clients"] == "sequential"
 

@@ -98,16 +98,16 @@ def _one_input(trainer: Trainer) -> torch.Tensor:
     return next(c.x[0] for c in trainer.setup.clients if c.n)
 
 
-class FusedExecutor:
-    """The round's clients one at a time with `fused_sgd`, when the round's step allows."""
+class _WithFallback:
+    """An executor that trains a round its own way (`_round`) when it can, and otherwise runs
+    the jobs sequentially, saying why once per run."""
 
-    def __init__(self, trainer: Trainer, device: torch.device, say: Callable[[str], None]):
+    name: str
+    reason: str | None  # why no round of the run can run this way (None: rounds can)
+
+    def __init__(self, trainer: Trainer, say: Callable[[str], None]):
         self.trainer, self.say = trainer, say
-        model = trainer.build_model().to(device)
-        self.reason = why_not_fused(trainer, model)
-        if self.reason is None:
-            self.chain = chain_layers(model, linear_chain(model, _one_input(trainer)))
-        self.ran: set[str] = set()
+        self.ran: set[str] = set()  # the executors rounds ran with
 
     def map(
         self, fn: Callable[[ClientJob], ClientResult], jobs: Sequence[ClientJob]
@@ -118,12 +118,31 @@ class FusedExecutor:
         reason = self.reason or ("a synchronized first step" if synchronized else None)
         if reason:
             if SEQUENTIAL not in self.ran:
-                self.say(f"clients: training sequentially, not fused ({reason})")
+                self.say(f"clients: training sequentially, not {self.name} ({reason})")
             self.ran.add(SEQUENTIAL)
             return [fn(job) for job in jobs]
-        self.ran.add(FUSED)
-        head = jobs[0]
+        self.ran.add(self.name)
+        head = jobs[0]  # what the round's jobs share
         step = self.trainer.client_step(head.round, head.global_state, head.server_state)
+        return self._round(jobs, step)
+
+    def _round(self, jobs: Sequence[ClientJob], step: ClientStep) -> list[ClientResult]:
+        raise NotImplementedError
+
+
+class FusedExecutor(_WithFallback):
+    """The round's clients one at a time with `fused_sgd`."""
+
+    name = FUSED
+
+    def __init__(self, trainer: Trainer, device: torch.device, say: Callable[[str], None]):
+        super().__init__(trainer, say)
+        model = trainer.build_model().to(device)
+        self.reason = why_not_fused(trainer, model)
+        if self.reason is None:
+            self.chain = chain_layers(model, linear_chain(model, _one_input(trainer)))
+
+    def _round(self, jobs: Sequence[ClientJob], step: ClientStep) -> list[ClientResult]:
         with one_thread(), torch.no_grad():  # no autograd bookkeeping on any operation
             return [self._train(job, step) for job in jobs]
 
@@ -144,27 +163,18 @@ class FusedExecutor:
         return trainer.finished(job, step, state, stats)
 
 
-class VectorizedExecutor:
+class VectorizedExecutor(_WithFallback):
     """The round's clients trained together by `train_cohort`, when the trainer can."""
 
+    name = VECTORIZED
+
     def __init__(self, trainer: Trainer, device: torch.device, say: Callable[[str], None]):
-        self.trainer, self.say = trainer, say
+        super().__init__(trainer, say)
         self.model = trainer.build_model().to(device)  # the architecture for functional_call
         self.reason = why_sequential(trainer, self.model)
-        self.ran: set[str] = set()  # the executors rounds ran with
 
-    def map(
-        self, fn: Callable[[ClientJob], ClientResult], jobs: Sequence[ClientJob]
-    ) -> list[ClientResult]:
-        if not jobs:  # a round nobody reports in
-            return []
-        synchronized = any(job.first_step is not None for job in jobs)
-        if self.reason or synchronized:
-            self._fall_back(self.reason or "a synchronized first step")
-            return [fn(job) for job in jobs]
-        self.ran.add(VECTORIZED)
-        trainer, head = self.trainer, jobs[0]  # what the round's jobs share
-        step = trainer.client_step(head.round, head.global_state, head.server_state)
+    def _round(self, jobs: Sequence[ClientJob], step: ClientStep) -> list[ClientResult]:
+        trainer, head = self.trainer, jobs[0]
         clients = [
             CohortClient(
                 job.client.x,
@@ -184,11 +194,6 @@ class VectorizedExecutor:
             for job, result in zip(jobs, trained, strict=True)
         ]
 
-    def _fall_back(self, reason: str) -> None:
-        if SEQUENTIAL not in self.ran:
-            self.say(f"clients: training sequentially, not vectorized ({reason})")
-        self.ran.add(SEQUENTIAL)
-
 
 def client_executor(
     setting: str, trainer: Trainer, device: torch.device, say: Callable[[str], None]
@@ -206,8 +211,6 @@ def client_executor(
 def executor_name(executor: ClientExecutor) -> str:
     """What ran the clients, for the artifact's environment: sequential, vectorized, fused, or
     e.g. "sequential+vectorized" when some rounds fell back."""
-    if isinstance(executor, VectorizedExecutor):
-        return "+".join(sorted(executor.ran)) or VECTORIZED
-    if isinstance(executor, FusedExecutor):
-        return "+".join(sorted(executor.ran)) or FUSED
+    if isinstance(executor, _WithFallback):
+        return "+".join(sorted(executor.ran)) or executor.name
     return SEQUENTIAL
