@@ -65,9 +65,10 @@ def fused_sgd(
     classes = state[next(layer.weight for layer in reversed(chain) if layer.weight)].shape[0]
     one_hot = F.one_hot(y, classes).to(x.dtype)
     shrink = 1.0 - lr * weight_decay
+    first_linear = next(i for i, layer in enumerate(chain) if layer.kind == "linear")
     total, first, steps = 0.0, math.nan, 0
     for step, idx in enumerate(batches):
-        loss = _step(chain, state, x[idx], y[idx], one_hot[idx], lr, shrink)
+        loss = _step(chain, first_linear, state, x[idx], y[idx], one_hot[idx], lr, shrink)
         if not math.isfinite(loss):
             raise Divergence(step, loss)
         total += loss
@@ -78,6 +79,7 @@ def fused_sgd(
 
 def _step(
     chain: list[Layer],
+    first_linear: int,
     state: Tensors,
     x: Tensor,
     y: Tensor,
@@ -85,7 +87,8 @@ def _step(
     lr: float,
     shrink: float,
 ) -> float:
-    """One SGD step in place on `state`; the batch's mean cross-entropy before it."""
+    """One SGD step in place on `state`; the batch's mean cross-entropy before it. The layers
+    below `chain[first_linear]` (a Flatten) need no backward."""
     inputs = []  # each layer's input, for its backward
     h = x
     for layer in chain:
@@ -103,7 +106,6 @@ def _step(
     # d(batch sum of losses)/d(logits); the mean's 1/batch is folded into the step size
     delta = log_p.exp_().sub_(one_hot)
     rate = lr / y.shape[0]
-    first_linear = next(i for i, layer in enumerate(chain) if layer.kind == "linear")
     for i in range(len(chain) - 1, first_linear - 1, -1):
         layer, h = chain[i], inputs[i]
         if layer.kind == "relu":
