@@ -28,7 +28,7 @@ CPU = torch.device("cpu")
 DIGITS = load_dataset("digits")
 
 
-def make_spec(checkpoint_every: int = 1000, **sections) -> Spec:
+def make_spec(checkpoint_every: int | None = 1000, **sections) -> Spec:
     """A run on digits with a small MLP; `sections` override parts of the spec."""
     raw = {
         "seed": 3,
@@ -365,3 +365,26 @@ def test_divergence_names_round_and_client_and_keeps_the_state_before_the_round(
         assert_states_equal(kept.client_states[cid], controls)
     assert_states_equal(kept.server_state, before.server_state)
     assert_states_equal(kept.global_state, before.global_state)
+
+
+def test_unset_checkpoint_every_checkpoints_every_5_rounds_at_most_once_per_30_s(
+    tmp_path, monkeypatch
+):
+    engine = Engine.from_spec(make_spec(None), tmp_path / "unset")
+    clock = [0.0]
+    monkeypatch.setattr("fedhet.engine.loop.time.monotonic", lambda: clock[0])
+    engine.last_checkpoint = 0.0
+    clock[0] = 29.0
+    assert not engine.checkpoint_due(5)  # the last checkpoint (or the start) is recent
+    clock[0] = 31.0
+    assert engine.checkpoint_due(5) and engine.checkpoint_due(10)
+    assert not engine.checkpoint_due(6)
+    explicit = Engine.from_spec(make_spec(2), tmp_path / "explicit")
+    explicit.last_checkpoint = clock[0]
+    assert explicit.checkpoint_due(2) and not explicit.checkpoint_due(3)  # set: no clock
+
+
+def test_a_fast_run_with_checkpoint_every_unset_writes_no_checkpoint(tmp_path):
+    fields = {"federation": {"rounds": 6, "batch_size": 64, "lr": 0.05}}
+    Engine.from_spec(make_spec(None, **fields), tmp_path).run()
+    assert Checkpoints(tmp_path, CPU).latest() is None
