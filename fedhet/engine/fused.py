@@ -6,6 +6,9 @@ ReLU and Flatten layers (`fedhet.engine.vectorized.linear_chain`: MLPs, logistic
 with cross-entropy and plain SGD, the backward pass is three lines per layer, and each weight's
 gradient never needs to exist: `W.addmm_(delta.T, h, alpha=-lr)` computes it and applies the
 step in one pass over W, which stays in the core's cache for the client's whole local training.
+A client's samples are gathered once in the order its steps take them (a step's batch is a
+view), the parameter-free layers below the first Linear run once, and the losses are read back
+once, after the last step.
 
 The arithmetic is torch.optim.SGD's (gradient of the batch-mean cross-entropy, weight decay
 folded in as W (1 - lr wd), then the step), rounded differently in float32 (about 1e-8 relative
@@ -22,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedhet.data.clients import take_rows
 from fedhet.engine.local import Divergence, LocalStats
 from fedhet.engine.tensors import Tensors
 
@@ -62,66 +66,94 @@ def fused_sgd(
     Raises `Divergence` at the first step whose loss is not finite, as `local_sgd` does.
     """
     state = {n: t.clone() for n, t in start.items()}
+    batches = list(batches)
+    if not batches:
+        return state, LocalStats(0, 0.0)
+    # the samples gathered once in the order the steps take them: a step's batch is then a view
+    order, sizes = torch.cat(batches), [batch.shape[0] for batch in batches]
     classes = state[next(layer.weight for layer in reversed(chain) if layer.weight)].shape[0]
-    one_hot = F.one_hot(y, classes).to(x.dtype)
+    labels = take_rows(y, order)
+    ys = labels.split(sizes)
+    one_hots = torch.eye(classes, dtype=x.dtype).index_select(0, labels).split(sizes)
+    ones = x.new_ones(order.shape[0]).split(sizes)  # a batch's bias gradient is delta.T @ ones
+    layers = [_Bound.of(layer, state) for layer in chain]
+    first_linear = next(i for i, layer in enumerate(layers) if layer.kind == "linear")
+    inputs = take_rows(x, order)
+    for layer in layers[:first_linear]:  # without parameters: applied once, not at every step
+        inputs = layer.forward(inputs)
+    xs = inputs.split(sizes)
     shrink = 1.0 - lr * weight_decay
-    first_linear = next(i for i, layer in enumerate(chain) if layer.kind == "linear")
-    total, first, steps = 0.0, math.nan, 0
-    for step, idx in enumerate(batches):
-        loss = _step(chain, first_linear, state, x[idx], y[idx], one_hot[idx], lr, shrink)
+    losses = [
+        _step(layers[first_linear:], *batch, lr / batch[1].shape[0], shrink)
+        for batch in zip(xs, ys, one_hots, ones, strict=True)
+    ]
+    # checked once at the end: the steps after a non-finite loss only compute NaNs
+    values = torch.stack(losses).tolist()
+    for step, loss in enumerate(values):
         if not math.isfinite(loss):
             raise Divergence(step, loss)
-        total += loss
-        first = loss if steps == 0 else first
-        steps += 1
-    return state, LocalStats(steps, total / max(steps, 1), first_loss=first)
+    return state, LocalStats(len(values), sum(values) / len(values), first_loss=values[0])
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """A layer of the chain with its tensors in the client's state (`weight_t` a view)."""
+
+    kind: str
+    weight: Tensor | None = None
+    weight_t: Tensor | None = None
+    bias: Tensor | None = None
+
+    @classmethod
+    def of(cls, layer: Layer, state: Tensors) -> _Bound:
+        if layer.kind != "linear":
+            return cls(layer.kind)
+        weight = state[layer.weight]
+        return cls("linear", weight, weight.T, state[layer.bias] if layer.bias else None)
+
+    def forward(self, h: Tensor) -> Tensor:
+        """The layer's output; a ReLU overwrites `h` (a tensor this module made), which keeps
+        the sign its backward needs."""
+        if self.kind == "flatten":
+            return h.flatten(1)
+        if self.kind == "relu":
+            return h.clamp_min_(0)
+        if self.bias is None:
+            return h @ self.weight_t
+        return torch.addmm(self.bias, h, self.weight_t)
 
 
 def _step(
-    chain: list[Layer],
-    first_linear: int,
-    state: Tensors,
+    layers: list[_Bound],
     x: Tensor,
     y: Tensor,
     one_hot: Tensor,
-    lr: float,
+    ones: Tensor,
+    rate: float,
     shrink: float,
-) -> float:
-    """One SGD step in place on `state`; the batch's mean cross-entropy before it. The layers
-    below `chain[first_linear]` (a Flatten) need no backward."""
+) -> Tensor:
+    """One SGD step in place on the layers' tensors (the chain from its first linear layer on);
+    the batch's mean cross-entropy before it. `rate` is the step size over the batch size: the
+    step follows the gradient of the batch's summed loss."""
     inputs = []  # each layer's input, for its backward
     h = x
-    for layer in chain:
+    for layer in layers:
         inputs.append(h)
-        if layer.kind == "flatten":
-            h = h.flatten(1)
-        elif layer.kind == "relu":
-            h = h.clamp_min(0)
-        elif layer.bias is None:
-            h = h @ state[layer.weight].T
-        else:
-            h = torch.addmm(state[layer.bias], h, state[layer.weight].T)
+        h = layer.forward(h)
     log_p = torch.log_softmax(h, 1)
-    loss = float(F.nll_loss(log_p, y))
-    # d(batch sum of losses)/d(logits); the mean's 1/batch is folded into the step size
-    delta = log_p.exp_().sub_(one_hot)
-    rate = lr / y.shape[0]
-    for i in range(len(chain) - 1, first_linear - 1, -1):
-        layer, h = chain[i], inputs[i]
+    loss = F.nll_loss(log_p, y)
+    delta = log_p.exp_().sub_(one_hot)  # d(summed loss)/d(logits)
+    for i in range(len(layers) - 1, -1, -1):
+        layer, h = layers[i], inputs[i]
         if layer.kind == "relu":
             delta = torch.ops.aten.threshold_backward(delta, h, 0)
         elif layer.kind == "flatten":
             delta = delta.view_as(h)
         else:
-            weight = state[layer.weight]
-            down = delta @ weight if i > first_linear else None  # before the weight changes
-            if shrink != 1.0:
-                weight.mul_(shrink)
-            weight.addmm_(delta.T, h, alpha=-rate)
+            down = delta @ layer.weight if i > 0 else None  # before the step
+            delta_t = delta.T
+            layer.weight.addmm_(delta_t, h, beta=shrink, alpha=-rate)
             if layer.bias is not None:
-                bias = state[layer.bias]
-                if shrink != 1.0:
-                    bias.mul_(shrink)
-                bias.sub_(delta.sum(0), alpha=rate)
+                layer.bias.addmv_(delta_t, ones, beta=shrink, alpha=-rate)
             delta = down
     return loss

@@ -102,7 +102,7 @@ def local_sgd(
         if step == 0 and first_step is not None:
             loss = first_step(model)
         else:
-            loss = loss_fn(model, client.x[idx], client.y[idx])
+            loss = loss_fn(model, *client.rows(idx))
             loss.backward()
         value = float(loss.detach())
         if not math.isfinite(value):

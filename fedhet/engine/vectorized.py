@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.optim.sgd import sgd
 
+from fedhet.data.clients import take_rows
 from fedhet.engine.client_step import ClientStep
 from fedhet.engine.local import Divergence, LocalStats, batch_schedule
 from fedhet.engine.tensors import Tensors
@@ -383,8 +384,8 @@ class _Chunk:
             extras = {n: e[:active] for n, e in self.extras.items()}
             grads, loss = self.gradients(
                 params,
-                self.x[idx],
-                self.y[idx],
+                take_rows(self.x, idx),
+                take_rows(self.y, idx),
                 self.mask[s, :active],
                 self.count[s, :active],
                 extras,
