@@ -45,7 +45,7 @@ def distance(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> fl
     """Euclidean norm of a - b over all floating tensors (summed in name order, so the result
     does not depend on the dicts' order, which a checkpoint round trip changes)."""
     total = sum(
-        float(((a[k] - b[k]).double() ** 2).sum()) for k in sorted(a) if a[k].is_floating_point()
+        float((a[k] - b[k]).double().square_().sum()) for k in sorted(a) if a[k].is_floating_point()
     )
     return total**0.5
 
