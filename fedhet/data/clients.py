@@ -23,6 +23,8 @@ class ClientData:
 
 
 def take_rows(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """`t[index]` by index_select: measured 6x faster on images (30 us against 5 for a batch of
-    10 Fashion-MNIST samples), the same values."""
-    return t.index_select(0, index.reshape(-1)).view(*index.shape, *t.shape[1:])
+    """`t[index]` for an index of non-negative integers (on any device) by index_select:
+    measured 6x faster on images (30 us against 5 for a batch of 10 Fashion-MNIST samples), the
+    same values."""
+    flat = index.reshape(-1).to(t.device)
+    return t.index_select(0, flat).view(*index.shape, *t.shape[1:])

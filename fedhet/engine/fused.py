@@ -4,22 +4,24 @@ Small clients train on tiny batches (cross-device: ~60 samples, batch 10), where
 the optimizer's per-operation bookkeeping costs more than the arithmetic. For a chain of Linear,
 ReLU and Flatten layers (`fedhet.engine.vectorized.linear_chain`: MLPs, logistic regression)
 with cross-entropy and plain SGD, the backward pass is three lines per layer, and each weight's
-gradient never needs to exist: `W.addmm_(delta.T, h, alpha=-lr)` computes it and applies the
-step in one pass over W, which stays in the core's cache for the client's whole local training.
-A client's samples are gathered once in the order its steps take them (a step's batch is a
-view), the parameter-free layers below the first Linear run once, and the losses are read back
-once, after the last step.
+gradient never needs to exist: `W.addmm_(delta.T, h, beta=1 - lr wd, alpha=-lr / batch)`
+computes it and applies the step, weight decay included, in one pass over W, which stays in the
+core's cache for the client's whole local training. A client's samples are gathered once (in
+groups of up to GATHERED_SAMPLES) in the order its steps take them, so a step's batch is a view;
+the parameter-free layers below the first Linear run once a group, and the losses are read back
+once a group.
 
-The arithmetic is torch.optim.SGD's (gradient of the batch-mean cross-entropy, weight decay
-folded in as W (1 - lr wd), then the step), rounded differently in float32 (about 1e-8 relative
-on a client's update), so a run records the executor it ran on (`runtime.clients`).
+The arithmetic is torch.optim.SGD's (gradient of the batch-mean cross-entropy plus weight decay
+times the weight, then the step), rounded differently in float32 (about 1e-8 relative on a
+client's update), so a run records the executor it ran on (`runtime.clients`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +54,19 @@ def chain_layers(model: nn.Module, layers: list[nn.Module]) -> list[Layer]:
     return chain
 
 
+GATHERED_SAMPLES = 4096  # samples gathered at once: a bound on the copy, however many steps
+
+
+class _Batch(NamedTuple):
+    """A step's samples, gathered: inputs (below the first Linear already applied), labels,
+    labels one-hot, and ones (a batch's bias gradient is delta.T @ ones)."""
+
+    x: Tensor
+    y: Tensor
+    one_hot: Tensor
+    ones: Tensor
+
+
 def fused_sgd(
     chain: list[Layer],
     start: Tensors,
@@ -66,33 +81,51 @@ def fused_sgd(
     Raises `Divergence` at the first step whose loss is not finite, as `local_sgd` does.
     """
     state = {n: t.clone() for n, t in start.items()}
-    batches = list(batches)
-    if not batches:
-        return state, LocalStats(0, 0.0)
-    # the samples gathered once in the order the steps take them: a step's batch is then a view
-    order, sizes = torch.cat(batches), [batch.shape[0] for batch in batches]
-    classes = state[next(layer.weight for layer in reversed(chain) if layer.weight)].shape[0]
-    labels = take_rows(y, order)
-    ys = labels.split(sizes)
-    one_hots = torch.eye(classes, dtype=x.dtype).index_select(0, labels).split(sizes)
-    ones = x.new_ones(order.shape[0]).split(sizes)  # a batch's bias gradient is delta.T @ ones
     layers = [_Bound.of(layer, state) for layer in chain]
     first_linear = next(i for i, layer in enumerate(layers) if layer.kind == "linear")
-    inputs = take_rows(x, order)
-    for layer in layers[:first_linear]:  # without parameters: applied once, not at every step
-        inputs = layer.forward(inputs)
-    xs = inputs.split(sizes)
+    classes = next(layer.weight for layer in reversed(layers) if layer.kind == "linear").shape[0]
+    eye = torch.eye(classes, dtype=x.dtype, device=x.device)
     shrink = 1.0 - lr * weight_decay
-    losses = [
-        _step(layers[first_linear:], *batch, lr / batch[1].shape[0], shrink)
-        for batch in zip(xs, ys, one_hots, ones, strict=True)
-    ]
-    # checked once at the end: the steps after a non-finite loss only compute NaNs
-    values = torch.stack(losses).tolist()
-    for step, loss in enumerate(values):
-        if not math.isfinite(loss):
-            raise Divergence(step, loss)
+    values: list[float] = []
+    for group in _groups(list(batches)):
+        gathered = _gather(layers[:first_linear], x, y, eye, group)
+        losses = [
+            _step(layers[first_linear:], batch, lr / batch.y.shape[0], shrink) for batch in gathered
+        ]
+        values += torch.stack(losses).tolist()  # read once a group, not at every step
+        diverged = next((i for i, loss in enumerate(values) if not math.isfinite(loss)), None)
+        if diverged is not None:  # the group's later steps ran on, as if it had not
+            raise Divergence(diverged, values[diverged])
+    if not values:
+        return state, LocalStats(0, 0.0)
     return state, LocalStats(len(values), sum(values) / len(values), first_loss=values[0])
+
+
+def _groups(batches: list[Tensor]) -> Iterator[list[Tensor]]:
+    """Consecutive batches, GATHERED_SAMPLES samples or fewer a group (or one batch)."""
+    group, samples = [], 0
+    for batch in batches:
+        if group and samples + batch.shape[0] > GATHERED_SAMPLES:
+            yield group
+            group, samples = [], 0
+        group.append(batch)
+        samples += batch.shape[0]
+    if group:
+        yield group
+
+
+def _gather(
+    below: list[_Bound], x: Tensor, y: Tensor, eye: Tensor, batches: list[Tensor]
+) -> list[_Batch]:
+    """The batches' samples gathered at once in the order the steps take them (a step's batch
+    is then a view), with the parameter-free layers `below` the first Linear applied once. The
+    gathered inputs are a copy (take_rows), so the steps' in-place ReLU never reaches `x`."""
+    order, sizes = torch.cat(batches), [batch.shape[0] for batch in batches]
+    inputs, labels = take_rows(x, order), take_rows(y, order)
+    for layer in below:
+        inputs = layer.forward(inputs)
+    parts = (inputs, labels, take_rows(eye, labels), inputs.new_ones(order.shape[0]))
+    return [_Batch(*batch) for batch in zip(*(part.split(sizes) for part in parts), strict=True)]
 
 
 @dataclass(frozen=True)
@@ -123,26 +156,18 @@ class _Bound:
         return torch.addmm(self.bias, h, self.weight_t)
 
 
-def _step(
-    layers: list[_Bound],
-    x: Tensor,
-    y: Tensor,
-    one_hot: Tensor,
-    ones: Tensor,
-    rate: float,
-    shrink: float,
-) -> Tensor:
+def _step(layers: list[_Bound], batch: _Batch, rate: float, shrink: float) -> Tensor:
     """One SGD step in place on the layers' tensors (the chain from its first linear layer on);
     the batch's mean cross-entropy before it. `rate` is the step size over the batch size: the
     step follows the gradient of the batch's summed loss."""
     inputs = []  # each layer's input, for its backward
-    h = x
+    h = batch.x
     for layer in layers:
         inputs.append(h)
         h = layer.forward(h)
     log_p = torch.log_softmax(h, 1)
-    loss = F.nll_loss(log_p, y)
-    delta = log_p.exp_().sub_(one_hot)  # d(summed loss)/d(logits)
+    loss = F.nll_loss(log_p, batch.y)
+    delta = log_p.exp_().sub_(batch.one_hot)  # d(summed loss)/d(logits)
     for i in range(len(layers) - 1, -1, -1):
         layer, h = layers[i], inputs[i]
         if layer.kind == "relu":
@@ -152,8 +177,9 @@ def _step(
         else:
             down = delta @ layer.weight if i > 0 else None  # before the step
             delta_t = delta.T
+            # W (1 - lr wd) - rate delta.T h: torch.optim.SGD's step with weight decay
             layer.weight.addmm_(delta_t, h, beta=shrink, alpha=-rate)
             if layer.bias is not None:
-                layer.bias.addmv_(delta_t, ones, beta=shrink, alpha=-rate)
+                layer.bias.addmv_(delta_t, batch.ones, beta=shrink, alpha=-rate)
             delta = down
     return loss
