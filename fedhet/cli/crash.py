@@ -32,7 +32,6 @@ def report(exc: BaseException, debug: bool = False) -> str:
     except OSError:
         where = "the traceback could not be written; rerun with --debug"
     message = " ".join(str(exc).split()) or "(no message)"
-    return (
-        f"error: unexpected {type(exc).__name__} at {_origin(exc)}: {message}; {where}"
-        + ("" if debug else " (or rerun with --debug)")
+    return f"error: unexpected {type(exc).__name__} at {_origin(exc)}: {message}; {where}" + (
+        "" if debug else " (or rerun with --debug)"
     )

@@ -46,9 +46,7 @@ class Column:
 def present(columns: list[Column], rows: list[dict]) -> list[Column]:
     """The columns less the optional ones no row has a value for (`test at best val` without a
     validation split)."""
-    return [
-        c for c in columns if not c.optional or any(not _missing(r.get(c.key)) for r in rows)
-    ]
+    return [c for c in columns if not c.optional or any(not _missing(r.get(c.key)) for r in rows)]
 
 
 def _missing(value: Any) -> bool:

@@ -99,9 +99,7 @@ STAGES: dict[str, StageRunner] = {}
 PROGRESS: dict[str, ProgressProbe] = {}
 
 
-def stage(
-    name: str, progress: ProgressProbe | None = None
-) -> Callable[[StageRunner], StageRunner]:
+def stage(name: str, progress: ProgressProbe | None = None) -> Callable[[StageRunner], StageRunner]:
     """Register the function that computes a stage's artifact, and for a stage that resumes from
     checkpoints the probe that tells from where. Such a stage `announce`s itself, once it has read
     its checkpoint: a damaged one is skipped for an earlier one."""

@@ -317,9 +317,7 @@ def _tv():
 
 
 _TORCHVISION = {
-    "mnist": _TorchvisionSource(
-        lambda r, t, d: _tv().MNIST(r, train=t, download=d), "MNIST/raw"
-    ),
+    "mnist": _TorchvisionSource(lambda r, t, d: _tv().MNIST(r, train=t, download=d), "MNIST/raw"),
     "fmnist": _TorchvisionSource(
         lambda r, t, d: _tv().FashionMNIST(r, train=t, download=d), "FashionMNIST/raw"
     ),
