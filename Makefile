@@ -35,9 +35,11 @@ lock:
 test: install
 	$(BIN)/pytest
 
-# ruff, then the import contracts in pyproject.toml (layers, independent methods, no cycles)
+# ruff (rules, then formatting), then the import contracts in pyproject.toml (layers,
+# independent methods, no cycles)
 lint: install
 	$(BIN)/ruff check fedhet tests benchmarks
+	$(BIN)/ruff format --check fedhet tests benchmarks
 	$(BIN)/lint-imports --no-cache
 
 # The documentation site (mkdocs.yml: docs/, API pages from the docstrings) into build/site, every
