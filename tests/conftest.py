@@ -11,6 +11,7 @@ does (sitecustomize, signals to a process, the imports' weight) needs `run_fedhe
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import select
@@ -149,6 +150,14 @@ def fedhet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRunner]:
     yield run
     server.kill()  # idle between requests; a clean interpreter exit only costs time
     server.wait(timeout=30)
+
+
+def spec_data(base: dict[str, Any], algorithm: dict[str, Any], **sections: dict) -> dict:
+    """A copy of the spec data `base` with `algorithm` and each named section's keys changed."""
+    data = copy.deepcopy(base) | {"algorithm": algorithm}
+    for section, values in sections.items():
+        data[section] = {**data.get(section, {}), **values}
+    return data
 
 
 def write_spec(path: Path, spec: dict[str, Any]) -> Path:

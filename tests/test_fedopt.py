@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import spec_data
 
 from fedhet.core.errors import InputError
 from fedhet.core.spec import parse_spec
@@ -60,11 +60,7 @@ LIMITS = {
 
 
 def make_spec(algorithm: dict, **sections):
-    data = copy.deepcopy(BASE)
-    data["algorithm"] = algorithm
-    for section, value in sections.items():
-        data[section] = {**data[section], **value}
-    return parse_spec(data)
+    return parse_spec(spec_data(BASE, algorithm, **sections))
 
 
 def rounds_of(spec, folder: Path) -> tuple[Engine, list[dict]]:

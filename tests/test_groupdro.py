@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from conftest import spec_data
 
 from fedhet.core.errors import InputError
 from fedhet.core.rng import torch_generator
@@ -54,10 +55,7 @@ BASE = {
 
 
 def make_spec(algorithm: dict, **sections) -> dict:
-    data = copy.deepcopy(BASE) | {"algorithm": algorithm}
-    for section, values in sections.items():
-        data[section] = {**data[section], **values}
-    return data
+    return spec_data(BASE, algorithm, **sections)
 
 
 # --- q's update ----------------------------------------------------------------------------

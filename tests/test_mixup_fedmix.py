@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from conftest import spec_data
 
 from fedhet.core.errors import InputError
 from fedhet.core.spec import load_spec, parse_spec
@@ -42,11 +43,7 @@ FEDBR = {"name": "fedbr", "projection_width": 8, "projection_dim": 4, "pseudo": 
 
 
 def make_spec(algorithm: dict, **sections) -> object:
-    data = copy.deepcopy(BASE)
-    data["algorithm"] = algorithm
-    for name, value in sections.items():
-        data[name] = {**data[name], **value}
-    return parse_spec(data)
+    return parse_spec(spec_data(BASE, algorithm, **sections))
 
 
 def train(spec, tmp_path: Path):
