@@ -92,10 +92,11 @@ def fused_sgd(
         losses = [
             _step(layers[first_linear:], batch, lr / batch.y.shape[0], shrink) for batch in gathered
         ]
+        done = len(values)
         values += torch.stack(losses).tolist()  # read once a group, not at every step
-        diverged = next((i for i, loss in enumerate(values) if not math.isfinite(loss)), None)
-        if diverged is not None:  # the group's later steps ran on, as if it had not
-            raise Divergence(diverged, values[diverged])
+        for step in range(done, len(values)):  # the group's later steps ran on regardless
+            if not math.isfinite(values[step]):
+                raise Divergence(step, values[step])
     if not values:
         return state, LocalStats(0, 0.0)
     return state, LocalStats(len(values), sum(values) / len(values), first_loss=values[0])

@@ -144,7 +144,7 @@ class DANN(Trainer):
         model.train()
         total, steps, first = 0.0, 0, math.nan
         for step, idx in enumerate(self.client_batches(job)):
-            x, y = job.client.x[idx], job.client.y[idx]
+            x, y = job.client.rows(idx)
             domain = torch.full((len(idx),), job.client.id, dtype=torch.long, device=y.device)
             count += 1
             if alternate and trains_discriminator(count, cfg.d_steps_per_g):

@@ -281,7 +281,7 @@ class FedBR(Trainer):
         total_ce, steps = 0.0, 0
         for step, idx in enumerate(self.client_batches(job)):
             x_pseudo, y_pseudo = self.pseudo_batch(job, mixing)
-            x, y = job.client.x[idx], job.client.y[idx]
+            x, y = job.client.rows(idx)
             mix = None if mixer is None else mixer.draw(len(y), x.device)
             objective, ce = local.step(x, y, x_pseudo, y_pseudo, mix)
             if not math.isfinite(objective):

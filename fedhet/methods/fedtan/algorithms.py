@@ -76,7 +76,7 @@ class FedTAN(Trainer):
         state = job.generator.get_state()
         idx = next(iter(self.client_batches(job)))
         job.generator.set_state(state)
-        return job.client.x[idx], job.client.y[idx]
+        return job.client.rows(idx)
 
 
 class FedAvgAlgorithm2(FedTAN):
