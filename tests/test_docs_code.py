@@ -3,7 +3,8 @@
 A fenced block runs by its language (a test each), from the root of a fresh copy of the
 repository per page, which the page's blocks share in order; after each block, `git status` there
 shows no change to a committed file, nothing new inside a committed folder (reports/ above all),
-and nothing new at the root that the page's code does not name (its own spec, `--out report`):
+and nothing new at the root that the page's code does not name (its own spec, `--out report`).
+By language:
 - `bash`: command by command; `cat > FILE <<'EOF'` ... `EOF` writes FILE, every other line is a
   `fedhet` command that must exit 0 (through the CLI fixture, as test_tutorial runs its lines);
 - `yaml`: a spec, which `fedhet spec validate` must accept;
@@ -188,7 +189,8 @@ def _named(name: str, code: str) -> bool:
 
 
 def _stray_changes(folder: Path, code: str) -> list[str]:
-    """`git status` lines of FOLDER but a new file or folder at the root that CODE names."""
+    """The lines of `git status` in FOLDER, less the new files and folders at its root that CODE
+    names (the reader's own: `cat > mine.yaml`, `--out report`)."""
     committed = {Path(name).parts[0] for name in _git(folder, "ls-files").splitlines()}
     stray = []
     for line in _git(folder, "status", "--porcelain", "--untracked-files=normal").splitlines():

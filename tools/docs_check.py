@@ -158,8 +158,7 @@ def screenshot(site: Path, out: Path, browser: str) -> list[str]:
             browser,
             "--headless",
             "--no-sandbox",  # root in a container has no sandbox; the pages are our own files
-            "--disable-gpu",
-            "--hide-scrollbars",
+            "--disable-gpu",  # scrollbars shown: a code block wider than the page has one
             f"--window-size={WINDOW}",
             f"--screenshot={png}",
             source.resolve().as_uri(),
