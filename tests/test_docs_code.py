@@ -1,8 +1,10 @@
 """Every code block of the documentation (README.md and docs/**/*.md) runs in a test.
 
-A fenced block runs by its language (a test each), in a fresh folder per page that the page's
-blocks share in order (with `specs/` of the repository linked in, so a page's commands run as
-from the root):
+A fenced block runs by its language (a test each), from the root of a fresh copy of the
+repository per page, which the page's blocks share in order; after each block, `git status` there
+shows no change to a committed file, nothing new inside a committed folder (reports/ above all),
+and nothing new at the root that the page's code does not name (its own spec, `--out report`).
+By language:
 - `bash`: command by command; `cat > FILE <<'EOF'` ... `EOF` writes FILE, every other line is a
   `fedhet` command that must exit 0 (through the CLI fixture, as test_tutorial runs its lines);
 - `yaml`: a spec, which `fedhet spec validate` must accept;
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -155,8 +159,46 @@ RUN_BLOCKS = [b for b in BLOCKS if b.mode in ("run", "fragment") and b.language 
 
 @pytest.fixture(scope="module")
 def folders() -> dict[Path, tuple[Path, set[int]]]:
-    """A page -> its folder and the lines of its blocks run there so far."""
+    """A page -> its copy of the repository and the lines of its blocks run there so far."""
     return {}
+
+
+def _git(folder: Path, *args: str) -> str:
+    identity = ("-c", "user.name=docs-test", "-c", "user.email=docs-test@localhost")
+    done = subprocess.run(["git", *identity, *args], cwd=folder, capture_output=True, check=True)
+    return done.stdout.decode()
+
+
+def _copy_of_the_repository(folder: Path) -> Path:
+    """The repository's files as they are now (tracked, and untracked but not ignored) in FOLDER,
+    committed to a git repository of its own, whose `git status` is then empty."""
+    names = _git(REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    for name in filter(None, names.split("\0")):
+        source, target = REPO / name, folder / name
+        if source.is_symlink() or source.exists():  # not a tracked file deleted in the worktree
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target, follow_symlinks=False)
+    _git(folder, "init", "--quiet")
+    _git(folder, "add", "--all")
+    _git(folder, "commit", "--quiet", "--no-verify", "--no-gpg-sign", "--message", "the docs' copy")
+    return folder
+
+
+def _named(name: str, code: str) -> bool:
+    return re.search(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", code) is not None
+
+
+def _stray_changes(folder: Path, code: str) -> list[str]:
+    """The lines of `git status` in FOLDER, less the new files and folders at its root that CODE
+    names (the reader's own: `cat > mine.yaml`, `--out report`)."""
+    committed = {Path(name).parts[0] for name in _git(folder, "ls-files").splitlines()}
+    stray = []
+    for line in _git(folder, "status", "--porcelain", "--untracked-files=normal").splitlines():
+        state, path = line[:2], line[3:].rstrip("/")
+        top = Path(path).parts[0]
+        if not (state == "??" and top == path and top not in committed and _named(top, code)):
+            stray.append(line)
+    return stray
 
 
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=_id)
@@ -168,15 +210,19 @@ def test_a_block_runs(
     monkeypatch: pytest.MonkeyPatch,
 ):
     if block.page not in folders:
-        folder = tmp_path_factory.mktemp("page")
-        (folder / "specs").symlink_to(REPO / "specs")
-        folders[block.page] = folder, set()
+        folders[block.page] = _copy_of_the_repository(tmp_path_factory.mktemp("page")), set()
     folder, done = folders[block.page]
     # the page's blocks before this one first, when they have not run (this block alone, -k)
-    for earlier in [b for b in RUN_BLOCKS if b.page == block.page and b.line <= block.line]:
+    page = [b for b in RUN_BLOCKS if b.page == block.page and b.line <= block.line]
+    for earlier in page:
         if earlier.line not in done:
             _run(earlier, fedhet, folder, monkeypatch)
             done.add(earlier.line)
+    stray = _stray_changes(folder, "".join(b.code for b in page))
+    assert not stray, (
+        f"{block.where}, run from the repository's root, leaves `git status`: {'; '.join(stray)} "
+        "(write outputs elsewhere than the committed files, e.g. `--out report`)"
+    )
 
 
 def _run(block: Block, fedhet: CliRunner, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,8 +231,10 @@ def _run(block: Block, fedhet: CliRunner, folder: Path, monkeypatch: pytest.Monk
     if block.language == "bash":
         _bash(block, fedhet, env, folder)
     elif block.language == "yaml":
-        spec = folder / f"block-{block.line}.yaml"
-        spec.write_text(_spec_text(block, folder))
+        specs = folder.with_name(f"{folder.name}-specs")  # the test's own files, beside the copy
+        specs.mkdir(exist_ok=True)
+        spec = specs / f"block-{block.line}.yaml"
+        spec.write_text(_spec_text(block, specs))
         result = fedhet("spec", "validate", spec, env=env, cwd=folder)
         assert result.rc == 0, f"{block.where}: {result.stdout}{result.stderr}"
     elif block.language == "python":
@@ -199,7 +247,7 @@ def _run(block: Block, fedhet: CliRunner, folder: Path, monkeypatch: pytest.Monk
         tomllib.loads(block.code)
 
 
-def _spec_text(block: Block, folder: Path) -> str:
+def _spec_text(block: Block, specs: Path) -> str:
     if block.mode == "run":
         return block.code
     fragment = yaml.safe_load(block.code)
@@ -210,7 +258,7 @@ def _spec_text(block: Block, folder: Path) -> str:
         base = REPO / of.group(1)
         assert base.is_file(), f"{block.where}: {base} does not exist"
     else:
-        base = folder / "small.yaml"
+        base = specs / "small.yaml"
         base.write_text(yaml.safe_dump(SMALL_SPEC))
     return yaml.safe_dump({"base": str(base), **fragment})
 
@@ -237,3 +285,45 @@ def _bash(block: Block, fedhet: CliRunner, env: dict[str, str], folder: Path) ->
         )
         result = fedhet(*args, env=env, cwd=folder)
         assert result.rc == 0, f"{block.where}: {line}\n{result.stdout}\n{result.stderr}"
+
+
+def test_the_check_of_git_status_catches_what_a_block_writes_among_committed_files(
+    fedhet: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    folder = _copy_of_the_repository(tmp_path / "copy")
+    code = (
+        "from pathlib import Path\n"
+        "Path('reports/quickstart.md').write_text('rewritten')\n"  # a committed report
+        "Path('reports/mine.md').write_text('new')\n"  # new, inside a committed folder
+        "Path('mine.csv').write_text('new')\n"  # new, at the root, named
+        "Path('artifacts').mkdir()\n"  # ignored
+        "Path('artifacts', 'x').write_text('new')\n"
+        "Path('plot' + '.png').write_text('new')\n"  # new, at the root, never named
+    )
+    page = Block(REPO / "docs/example.md", 1, "python", code, "run", "")
+    _run(page, fedhet, folder, monkeypatch)
+    assert _stray_changes(folder, code) == [
+        " M reports/quickstart.md",
+        "?? plot.png",
+        "?? reports/mine.md",
+    ]
+
+
+# what a command or the API writes where the reader names it
+OUTPUT = re.compile(
+    r"--(?:out|plot|grid|tensorboard)[ =]['\"]?([^\s'\"]+)|\.report\(\s*(?:out=)?['\"]([^'\"]+)"
+)
+
+
+def test_no_block_names_an_output_among_the_committed_files():
+    """Also the blocks another test runs (in a folder of its own, where reports/ is not the
+    repository's): an output a block names is never inside a committed folder or file."""
+    committed = {Path(name).parts[0] for name in _git(REPO, "ls-files").splitlines()}
+    problems = [
+        f"{block.where}: writes into {path}, which holds committed files; name another folder"
+        for block in BLOCKS
+        if block.mode != "skip"
+        for match in OUTPUT.finditer(block.code)
+        if Path(path := match.group(1) or match.group(2)).parts[0] in committed
+    ]
+    assert not problems, "\n".join(problems)
