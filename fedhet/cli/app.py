@@ -486,7 +486,8 @@ def tune(
     Every trial is an ordinary run in the store: an interrupted tune resumes, a second one
     computes nothing, and trials shared between methods or settings are computed once. The
     outcome (every trial's validation scores, the chosen configurations) is stored; `fedhet
-    report SPEC --tuned` compares the chosen configurations on the test split."""
+    report SPEC --tuned` compares the chosen configurations on the test split. A choice that is
+    the lowest or highest value tried is flagged (`tune.extend_edges` extends the grid)."""
     spec = _load(path, data_root, overrides, only)
     section = _tune_section(spec, path)
     from fedhet.cli.sweep_view import SweepView

@@ -1,6 +1,7 @@
 """The `tune:` section of a spec: for each method of the matrix, a search space over its
 hyperparameters, a budget of trials (the same for every method unless the spec says otherwise),
-the seeds to select on and the selection metric, always on the validation split.
+the seeds to select on and the selection metric, always on the validation split; optionally how
+far a grid is extended past a choice at its edge, and a runoff of close trials on more seeds.
 
 `fedhet.tuning` runs it; this module only says what a valid section is, alone and against the
 spec's runs (`tune_problem`).

@@ -1,5 +1,7 @@
-"""The one place a tune reads results: a run's validation curve, and the score a trial gets from
-it. Nothing here opens a test metric, so no selection can depend on the test split."""
+"""The one place a tune reads results: a run's validation curve, the score a trial gets from it,
+and the rules that choose among the scores (the best trial; the close trials a runoff settles on
+more seeds, and its winner). Nothing here opens a test metric, so no selection can depend on the
+test split."""
 
 from __future__ import annotations
 
