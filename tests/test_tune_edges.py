@@ -7,6 +7,7 @@ is the best mean. Without either field, every key and choice is today's."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -22,7 +23,7 @@ from fedhet.reports.tuning import edge_notes
 from fedhet.tuning.choice import choose
 from fedhet.tuning.edges import edges_of, past
 from fedhet.tuning.groups import tune_groups
-from fedhet.tuning.outcome import STAGE, outcome_of, tune_key
+from fedhet.tuning.outcome import STAGE, outcome_of, read_outcome, tune_key
 from fedhet.tuning.selection import close_trials, runoff_winner
 
 # FedAvg on digits, 2 rounds: the larger learning rate is clearly better (0.01 scores about 22%
@@ -201,6 +202,24 @@ def test_a_runoff_runs_the_close_trials_on_its_seeds_and_chooses_by_mean():
     assert ran == [0.003, 0.01] and all(len(t.runoff) == 1 for t in choice.trials if t.runoff)
     assert choice.trials[choice.chosen].values == {"federation.lr": 0.003}
     assert choice.trials[2].runoff[0].spec.seed == 9  # an ordinary run on the runoff's seed
+
+
+def test_a_tune_stored_before_edges_were_recorded_has_them_found_when_read(tmp_path: Path):
+    data = copy.deepcopy(EDGE_SPEC)
+    outcome = outcome_of("k" * 64, parse_spec(data).tune, _choices(data, _peaked_at_0_1))
+    assert [(e.path, e.value, e.side, e.stop) for e in outcome.selections[0].edges] == [
+        ("federation.lr", 0.01, "highest", None)
+    ]
+    old = dataclasses.asdict(outcome)
+    del old["runoff_seeds"]
+    for selection in old["selections"]:
+        del selection["edges"], selection["extended"]
+        for trial in selection["trials"]:
+            del trial["runoff_keys"], trial["runoff_scores"]
+    store = ArtifactStore(tmp_path)
+    with store.write(STAGE, outcome.key, {"tune": json.loads(json.dumps(old))}):
+        pass
+    assert read_outcome(store, outcome.key, "edge.yaml") == outcome
 
 
 # --- keys ---------------------------------------------------------------------------------------
