@@ -442,6 +442,9 @@ TUNE_COLUMNS = [
     Column("chosen", "chosen"),
     Column("best_val", "best val %", "pct"),
     Column("median_val", "median val %", "pct"),
+    Column("extended", "values added", optional=True),
+    Column("runoff", "runoff trials", "number", optional=True),
+    Column("edge", "at an edge", optional=True),
 ]
 TRIAL_COLUMNS = [
     Column("algorithm", "algorithm"),
@@ -451,6 +454,7 @@ TRIAL_COLUMNS = [
     Column("val_score", "val %", "pct"),
     Column("scores", "per seed %"),
     Column("pruned_at", "stopped at round", "number", optional=True),
+    Column("runoff_score", "runoff mean %", "pct", optional=True),
     Column("chosen", "chosen"),
     Column("keys", "keys"),
 ]
@@ -482,12 +486,13 @@ def tune(
     Every trial is an ordinary run in the store: an interrupted tune resumes, a second one
     computes nothing, and trials shared between methods or settings are computed once. The
     outcome (every trial's validation scores, the chosen configurations) is stored; `fedhet
-    report SPEC --tuned` compares the chosen configurations on the test split."""
+    report SPEC --tuned` compares the chosen configurations on the test split. A choice that is
+    the lowest or highest value tried is flagged (`tune.extend_edges` extends the grid)."""
     spec = _load(path, data_root, overrides, only)
     section = _tune_section(spec, path)
     from fedhet.cli.sweep_view import SweepView
     from fedhet.execution.train import Options
-    from fedhet.reports.tuning import selection_rows, trial_rows
+    from fedhet.reports.tuning import edge_notes, selection_rows, trial_rows
     from fedhet.tuning.runner import tune as run_tune
 
     if jobs is not None and jobs < 1:
@@ -505,6 +510,8 @@ def tune(
     else:
         rows = selection_rows(outcome)
         show(out, rows, present(TUNE_COLUMNS, rows), fmt, title=f"{path.stem}: chosen")
+    for note in edge_notes(outcome):
+        err.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
 
 
 RUN_COLUMNS = [

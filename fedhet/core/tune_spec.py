@@ -1,6 +1,7 @@
 """The `tune:` section of a spec: for each method of the matrix, a search space over its
 hyperparameters, a budget of trials (the same for every method unless the spec says otherwise),
-the seeds to select on and the selection metric, always on the validation split.
+the seeds to select on and the selection metric, always on the validation split; optionally how
+far a grid is extended past a choice at its edge, and a runoff of close trials on more seeds.
 
 `fedhet.tuning` runs it; this module only says what a valid section is, alone and against the
 spec's runs (`tune_problem`).
@@ -23,6 +24,7 @@ KINDS = ("grid", "choice", "uniform", "log_uniform")
 # the seeds are the setting the methods are compared in; eval and runtime do not train.
 TUNABLE = ("model", "federation", "algorithm")
 MAX_TRIALS = 10_000
+MAX_EXTENSIONS = 5  # steps a grid may be extended past an edge choice (tune.extend_edges)
 
 
 class Dimension(Section):
@@ -133,6 +135,28 @@ class PruneSpec(Section):
         return rungs
 
 
+class RunoffSpec(Section):
+    """Close calls settled on more seeds: the trials whose score is within `within` of the best
+    one (or within the best one's seed-to-seed standard deviation, when larger), at most
+    `candidates` of them, also run `seeds`, and the choice is the highest mean over all their
+    seeds."""
+
+    seeds: list[int] = Field(
+        min_length=1, description="the runoff's seeds, none of them a selection seed"
+    )
+    within: float = Field(
+        0.01, ge=0, le=1, description="a fraction of accuracy: 0.01 is one point (default)"
+    )
+    candidates: int = Field(
+        2, ge=2, le=MAX_TRIALS, description="at most this many (default 2: best and runner-up)"
+    )
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
+        return _distinct(seeds)
+
+
 class TuneSpec(Section):
     trials: int = Field(ge=1, le=MAX_TRIALS, description="every method's budget of trials")
     seeds: list[int] = Field(
@@ -157,6 +181,16 @@ class TuneSpec(Section):
     prune: Annotated[PruneSpec | None, OMIT_IF_DEFAULT] = Field(
         None, description="stop bad trials early (default: every trial trains all its rounds)"
     )
+    extend_edges: Annotated[int, OMIT_IF_DEFAULT] = Field(
+        0,
+        ge=0,
+        le=MAX_EXTENSIONS,
+        description="a grid whose choice is its lowest or highest value gains the next value "
+        "past it and is tuned again, at most this many times (default 0: flagged only)",
+    )
+    runoff: Annotated[RunoffSpec | None, OMIT_IF_DEFAULT] = Field(
+        None, description="close trials also run more seeds; the choice is on the mean"
+    )
     space: Space = Field(default_factory=dict, description="every method's: field -> values")
     methods: dict[str, MethodTune] = Field(
         default_factory=dict, description="algorithm name -> its own space and budget"
@@ -167,9 +201,16 @@ class TuneSpec(Section):
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
-        if len(set(seeds)) != len(seeds) or not all(0 <= s <= MAX_SEED for s in seeds):
-            raise ValueError("give distinct seeds, each at least 0")
-        return seeds
+        return _distinct(seeds)
+
+    @model_validator(mode="after")
+    def _runoff_seeds_are_new(self) -> TuneSpec:
+        shared = set(self.runoff.seeds if self.runoff else ()) & set(self.seeds)
+        if shared:
+            raise ValueError(
+                f"runoff.seeds: {sorted(shared)} already a selection seed; a runoff adds seeds"
+            )
+        return self
 
     def space_of(self, method: str) -> Space:
         """The method's space: the shared one with the method's own dimensions over it."""
@@ -189,6 +230,12 @@ class TuneSpec(Section):
     def unequal_budgets(self) -> dict[str, int]:
         """method -> its own budget, where it differs from `trials`."""
         return {m: t.trials for m, t in self.methods.items() if t.trials not in (None, self.trials)}
+
+
+def _distinct(seeds: list[int]) -> list[int]:
+    if len(set(seeds)) != len(seeds) or not all(0 <= s <= MAX_SEED for s in seeds):
+        raise ValueError("give distinct seeds, each at least 0")
+    return seeds
 
 
 # --- against the spec's runs -------------------------------------------------------------

@@ -1,6 +1,7 @@
 """How a tune chose, for `fedhet tune`'s tables and a tuned report's section: per method and
-setting, what was searched, with what budget, the configuration chosen, and how sensitive the
-method was to its hyperparameters (the best trial's validation score against the median's)."""
+setting, what was searched, with what budget, the configuration chosen, how sensitive the
+method was to its hyperparameters (the best trial's validation score against the median's),
+and where the choice lies at the edge of what was tried."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import math
 from typing import Any
 
 from fedhet.core.tune_spec import TuneSpec
+from fedhet.tuning.edges import Edge
 from fedhet.tuning.groups import values_label
-from fedhet.tuning.outcome import TuneOutcome
+from fedhet.tuning.outcome import Selection, TuneOutcome
 
 METRICS = {
     "best_val": "the best validation accuracy of each run",
@@ -31,9 +33,48 @@ def selection_rows(outcome: TuneOutcome) -> list[dict[str, Any]]:
             "best_val": s.best,
             "median_val": s.median,
             "spread": s.best - s.median,
+            "extended": _added(s) or None,
+            "runoff": sum(bool(t.runoff_keys) for t in s.trials) or None,
+            "edge": "; ".join(f"{values_label({e.path: e.value})} {e.side}" for e in s.edges)
+            or None,
         }
         for s in outcome.selections
     ]
+
+
+def edge_notes(outcome: TuneOutcome) -> list[str]:
+    """A sentence per chosen value that is the lowest or highest of its field's values tried."""
+    return [
+        f"{_group(s)}: {values_label({edge.path: edge.value})} is the {edge.side} value tried: "
+        f"the optimum may lie {'below' if edge.side == 'lowest' else 'above'}; {_advice(edge)}"
+        for s in outcome.selections
+        for edge in s.edges
+    ]
+
+
+def _advice(edge: Edge) -> str:
+    if edge.kind != "grid":
+        return "widen the range"
+    if edge.stop is not None:
+        return f"not extended further: {edge.stop}"
+    return (
+        "extend the grid (tune.extend_edges: N tunes again with the next value past it, up to "
+        "N times; e.g. `fedhet tune SPEC tune.extend_edges=2`)"
+    )
+
+
+def _group(selection: Selection) -> str:
+    setting = f" ({selection.setting})" if selection.setting else ""
+    return f"{selection.algorithm}{setting}"
+
+
+def _added(selection: Selection) -> str:
+    """The values added past an edge: `lr=0.03, lr=0.1`."""
+    return ", ".join(
+        values_label({path: value})
+        for path, values in selection.extended.items()
+        for value in values
+    )
 
 
 def trial_rows(outcome: TuneOutcome) -> list[dict[str, Any]]:
@@ -47,6 +88,7 @@ def trial_rows(outcome: TuneOutcome) -> list[dict[str, Any]]:
             "val_score": trial.score,
             "scores": " ".join("-" if v is None else f"{100 * v:.2f}" for v in trial.scores),
             "pruned_at": trial.pruned_at,
+            "runoff_score": trial.runoff_score,
             "chosen": "yes" if index == s.chosen else "",
             "keys": " ".join(key[:10] for key in trial.keys),
         }
@@ -64,14 +106,14 @@ def tuning_section(outcome: TuneOutcome, tune: TuneSpec) -> str:
         budget = f"{tune.trials} trials per method, except by the spec's choice: {own}"
     lines = [
         "| algorithm | setting | sampler | searched | trials | stopped early | chosen "
-        "| best val % | median val % | best - median (points) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| best val % | median val % | best - median (points) | at an edge |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in selection_rows(outcome):
         lines.append(
             f"| {row['algorithm']} | {row['setting']} | {row['sampler']} | {row['space']} "
             f"| {row['trials']} | {row['pruned'] or 0} | {row['chosen']} | {_pct(row['best_val'])} "
-            f"| {_pct(row['median_val'])} | {_pct(row['spread'])} |"
+            f"| {_pct(row['median_val'])} | {_pct(row['spread'])} | {row['edge'] or '-'} |"
         )
     stopping = "No trial was stopped early."
     if tune.prune is not None:
@@ -80,13 +122,53 @@ def tuning_section(outcome: TuneOutcome, tune: TuneSpec) -> str:
             f"MedianPruner, once {tune.prune.startup_trials} trials had completed); the median "
             "is over the trials that ran all their rounds."
         )
+    steps = " ".join(filter(None, (_extension(outcome, tune), _runoff(outcome, tune))))
     return (
         f"## Tuning\n\nEvery method runs the configuration `fedhet tune` chose (tune "
         f"{outcome.key[:12]}) on the validation split alone: {METRICS[outcome.metric]}, averaged "
         f"over the selection seeds {', '.join(map(str, outcome.seeds))}; no test result entered "
         f"a choice. Budget: {budget}. {stopping} A large best - median spread says the "
-        "method's result depends on its tuning.\n\n" + "\n".join(lines)
+        f"method's result depends on its tuning.{' ' + steps if steps else ''}\n\n"
+        + "\n".join(lines)
+        + "\n\n"
+        + _edges_paragraph(outcome)
     )
+
+
+def _extension(outcome: TuneOutcome, tune: TuneSpec) -> str:
+    if not tune.extend_edges:
+        return ""
+    added = "; ".join(f"{_group(s)}: {_added(s)}" for s in outcome.selections if s.extended)
+    return (
+        "A grid whose choice was its lowest or highest value gained the next value past it and "
+        f"was tuned again, up to {tune.extend_edges} times (tune.extend_edges); the values "
+        f"added: {added or 'none'}."
+    )
+
+
+def _runoff(outcome: TuneOutcome, tune: TuneSpec) -> str:
+    if tune.runoff is None:
+        return ""
+    runoffs = "; ".join(
+        f"{_group(s)}: {sum(bool(t.runoff_keys) for t in s.trials)} trials, chose "
+        f"{values_label(s.values)}"
+        for s in outcome.selections
+        if any(t.runoff_keys for t in s.trials)
+    )
+    return (
+        f"The trials within {100 * tune.runoff.within:.2f} points of the best (or within the "
+        "best trial's seed-to-seed standard deviation, when larger), at most "
+        f"{tune.runoff.candidates}, also ran the seeds "
+        f"{', '.join(map(str, tune.runoff.seeds))}, and the choice is the highest mean over all "
+        f"their seeds; runoffs: {runoffs or 'none'}."
+    )
+
+
+def _edges_paragraph(outcome: TuneOutcome) -> str:
+    notes = edge_notes(outcome)
+    if not notes:
+        return "No chosen value is the lowest or highest value its field was tried at."
+    return "**At an edge of what was tried.**\n\n" + "\n".join(f"- {note}" for note in notes)
 
 
 def _pct(value: float) -> str:

@@ -4,11 +4,14 @@ and the selection seed: an ordinary run, with that run's keys."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from fedhet.core.errors import InputError
 from fedhet.core.spec import Spec, parse_run
-from fedhet.core.tune_spec import Space, TuneSpec, with_values
+from fedhet.core.tune_spec import Dimension, Space, TuneSpec, with_values
 from fedhet.execution.planning import Run, group_key, plan, runs_of
 
 
@@ -21,10 +24,32 @@ class TuneGroup:
     space: Space
     budget: int
     sampler: str
+    # a grid's points (field path -> index of its value) in trial order; None: the product of
+    # the grids, the last field fastest. A grid extended past an edge adds its points after them
+    points: list[dict[str, int]] | None = None
 
     @property
     def key(self) -> str:
         return self.runs[0].group
+
+    def grid_points(self) -> list[dict[str, int]]:
+        return grid_points(self.space) if self.points is None else self.points
+
+    def with_value(self, path: str, value: Any) -> TuneGroup:
+        """The group with one more value in the grid of `path`: its new points come last."""
+        grid = [*(self.space[path].grid or []), value]
+        space = {**self.space, path: Dimension(grid=grid)}
+        known = self.grid_points()
+        points = known + [p for p in grid_points(space) if p not in known]
+        return dataclasses.replace(self, space=space, budget=len(points), points=points)
+
+    def refusal(self, values: dict[str, Any]) -> str | None:
+        """Why a trial with these values is no valid run of the group (None: it is)."""
+        try:
+            with_values(self.runs[0].spec, values, parse_run, self.algorithm_label)
+        except InputError as error:
+            return str(error)
+        return None
 
     def trial_runs(
         self, number: int, values: dict[str, Any], seeds: list[int], rounds: int | None = None
@@ -68,6 +93,13 @@ def _group(runs: list[Run], tune: TuneSpec) -> TuneGroup:
 def _run(run: Run, values: dict[str, Any], algorithm_label: str, setting_label: str) -> Run:
     spec = with_values(run.spec, values, parse_run, f"{run.label} with {values_label(values)}")
     return Run(run.axes, spec, plan(spec), group_key(spec), algorithm_label, setting_label)
+
+
+def grid_points(space: Space) -> list[dict[str, int]]:
+    """Every point of a grid space by its values' indices, the last field varying fastest."""
+    paths = list(space)
+    ranges = [range(len(space[path].grid or [])) for path in paths]
+    return [dict(zip(paths, combo, strict=True)) for combo in itertools.product(*ranges)]
 
 
 def values_label(values: dict[str, Any]) -> str:

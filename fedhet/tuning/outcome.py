@@ -1,13 +1,15 @@
 """A tune's outcome, an artifact of the store (`tune/<key>.zarr`, all in its attributes): for each
 method and setting its space, sampler and budget, every trial's values, run keys and validation
-scores, and the chosen trial. Its key hashes the tune section and the groups' keys: what decides
-every trial (the trials' own runs are stored under theirs, its `upstream`)."""
+scores (and a runoff's), the chosen trial, the values added past an edge, and the edges the
+choice still lies at. Its key hashes the tune section and the groups' keys: what decides every
+trial (the trials' own runs are stored under theirs, its `upstream`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fedhet.core.errors import InputError, RunError
@@ -15,9 +17,10 @@ from fedhet.core.keys import stage_key
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 from fedhet.core.tune_spec import TuneSpec
+from fedhet.tuning.choice import Choice
+from fedhet.tuning.edges import Edge, edges_of, kind_of
 from fedhet.tuning.groups import TuneGroup
-from fedhet.tuning.search import Trial
-from fedhet.tuning.selection import best_trial, trial_score
+from fedhet.tuning.selection import trial_score
 
 STAGE, VERSION = "tune", 1
 
@@ -29,10 +32,20 @@ class TrialRecord:
     keys: list[str]  # its runs' keys, one per selection seed (a pruned trial's: at its rung)
     scores: list[float | None]  # theirs; None: the run diverged or was never evaluated
     pruned_at: int | None = None  # the rung (round) the pruner stopped it at
+    runoff_keys: list[str] = field(default_factory=list)  # its runs on the runoff's seeds
+    runoff_scores: list[float | None] = field(default_factory=list)
 
     @property
     def score(self) -> float:
         return trial_score([math.nan if s is None else s for s in self.scores])
+
+    @property
+    def runoff_score(self) -> float:
+        """The mean over the selection and the runoff seeds; NaN when it ran no runoff."""
+        if not self.runoff_keys:
+            return math.nan
+        scores = [*self.scores, *self.runoff_scores]
+        return trial_score([math.nan if s is None else s for s in scores])
 
     @property
     def final_score(self) -> float:
@@ -53,6 +66,8 @@ class Selection:
     space: dict[str, str]  # field -> its values as the spec gives them
     trials: list[TrialRecord]
     chosen: int  # index into trials
+    extended: dict[str, list[Any]] = field(default_factory=dict)  # field -> values added
+    edges: list[Edge] = field(default_factory=list)  # where the choice lies at an edge
 
     @property
     def values(self) -> dict[str, Any]:
@@ -80,6 +95,7 @@ class TuneOutcome:
     metric: str
     seeds: list[int]
     selections: list[Selection]
+    runoff_seeds: list[int] = field(default_factory=list)
 
 
 def _config(tune: TuneSpec, group_keys: list[str]) -> dict[str, Any]:
@@ -90,29 +106,33 @@ def tune_key(tune: TuneSpec, groups: list[TuneGroup]) -> str:
     return stage_key(STAGE, VERSION, _config(tune, [g.key for g in groups]), {})
 
 
-def outcome_of(
-    key: str, tune: TuneSpec, groups: list[TuneGroup], searched: list[list[Trial]]
-) -> TuneOutcome:
-    """The outcome of a complete search; RunError when every trial of a group diverged."""
+def outcome_of(key: str, tune: TuneSpec, choices: list[Choice]) -> TuneOutcome:
+    """The outcome of complete choices; RunError when every trial of a group diverged."""
     selections = []
-    for group, trials in zip(groups, searched, strict=True):
+    for choice in choices:
+        group = choice.group
+        if choice.chosen is None:
+            raise RunError(
+                f"tune: no trial of {group.algorithm_label} ({group.setting_label}) ran all its "
+                "rounds without diverging; narrow its space (e.g. smaller learning rates)"
+            )
         records = [
             TrialRecord(
                 t.number,
                 t.values,
                 [run.node.key for run in t.latest],
-                [None if math.isnan(s) else s for s in t.scores],
+                _scores(t.scores),
                 t.pruned_at,
+                [run.node.key for run in t.runoff],
+                _scores(t.runoff_scores),
             )
-            for t in trials
+            for t in choice.trials
         ]
-        chosen = best_trial([r.final_score for r in records])
-        if chosen is None:
-            raise RunError(
-                f"tune: no trial of {group.algorithm_label} ({group.setting_label}) ran all its "
-                "rounds without diverging; narrow its space (e.g. smaller learning rates)"
-            )
         space = {path: d.describe() for path, d in group.space.items()}
+        edges = [
+            dataclasses.replace(edge, stop=choice.stops.get((edge.path, edge.side)))
+            for edge in _edges(space, records, choice.chosen)
+        ]
         selections.append(
             Selection(
                 group.method,
@@ -123,10 +143,22 @@ def outcome_of(
                 group.budget,
                 space,
                 records,
-                chosen,
+                choice.chosen,
+                choice.added,
+                edges,
             )
         )
-    return TuneOutcome(key, tune.metric, list(tune.seeds), selections)
+    runoff_seeds = list(tune.runoff.seeds) if tune.runoff else []
+    return TuneOutcome(key, tune.metric, list(tune.seeds), selections, runoff_seeds)
+
+
+def _scores(scores: list[float]) -> list[float | None]:
+    return [None if math.isnan(s) else s for s in scores]
+
+
+def _edges(space: dict[str, str], trials: list[TrialRecord], chosen: int) -> list[Edge]:
+    kinds = {path: kind_of(description) for path, description in space.items()}
+    return edges_of(kinds, [t.values for t in trials], trials[chosen].values)
 
 
 def write_outcome(store: ArtifactStore, outcome: TuneOutcome, spec: Spec, tune: TuneSpec) -> None:
@@ -137,6 +169,13 @@ def write_outcome(store: ArtifactStore, outcome: TuneOutcome, spec: Spec, tune: 
         for s in outcome.selections
         for t in s.trials
         for seed, key in zip(outcome.seeds, t.keys, strict=True)
+    }
+    upstream |= {
+        f"{s.algorithm}, {s.setting}, trial {t.number}, runoff seed {seed}": key
+        for s in outcome.selections
+        for t in s.trials
+        if t.runoff_keys
+        for seed, key in zip(outcome.runoff_seeds, t.runoff_keys, strict=True)
     }
     attrs = {
         "config": _config(tune, [s.group for s in outcome.selections]),
@@ -162,8 +201,17 @@ def read_outcome(store: ArtifactStore, key: str, spec_path: str) -> TuneOutcome:
             f"`fedhet tune {spec_path}` first"
         )
     data = dict(store.open(STAGE, key).attrs)["tune"]
-    selections = [
-        Selection(**{**s, "trials": [TrialRecord(**t) for t in s["trials"]]})
-        for s in data["selections"]
-    ]
-    return TuneOutcome(data["key"], data["metric"], data["seeds"], selections)
+    selections = [_selection(s) for s in data["selections"]]
+    return TuneOutcome(
+        data["key"], data["metric"], data["seeds"], selections, data.get("runoff_seeds", [])
+    )
+
+
+def _selection(data: dict[str, Any]) -> Selection:
+    """A stored selection; its edges found from its trials where it predates them."""
+    trials = [TrialRecord(**t) for t in data["trials"]]
+    if "edges" in data:
+        edges = [Edge(**edge) for edge in data["edges"]]
+    else:
+        edges = _edges(data["space"], trials, data["chosen"])
+    return Selection(**{**data, "trials": trials, "edges": edges})

@@ -15,6 +15,7 @@ from fedhet.core.tune_spec import TuneSpec
 from fedhet.execution.planning import Run
 from fedhet.execution.results import stored_divergence
 from fedhet.execution.train import Options, View, train
+from fedhet.tuning.choice import choose
 from fedhet.tuning.groups import tune_groups
 from fedhet.tuning.outcome import (
     STAGE,
@@ -24,7 +25,6 @@ from fedhet.tuning.outcome import (
     tune_key,
     write_outcome,
 )
-from fedhet.tuning.search import search
 from fedhet.tuning.selection import validation_curve
 
 Curves = Mapping[str, list[float] | None]
@@ -48,7 +48,7 @@ def tune(
     def measure(runs: list[Run]) -> Curves:
         return _trained(runs, store, options, view_for, console)
 
-    outcome = outcome_of(key, tune, groups, search(groups, tune, measure))
+    outcome = outcome_of(key, tune, choose(groups, tune, measure)[0])
     write_outcome(store, outcome, spec, tune)
     return outcome
 
@@ -74,12 +74,12 @@ def _trained(
 
 def planned_trials(spec: Spec, tune: TuneSpec, store: ArtifactStore) -> tuple[list[Run], int]:
     """The runs of the trials that the stored results lead to (the waves up to the first with
-    a run not stored), and how many trials are still to be asked after them."""
-    groups = tune_groups(spec, tune)
-    searched = search(groups, tune, lambda runs: _read(runs, store))
-    runs = [run for trials in searched for trial in trials for run in trial.runs]
-    asked = sum(len(trials) for trials in searched)
-    return runs, sum(group.budget for group in groups) - asked
+    a run not stored; a grid's extension and a runoff once the results they follow are
+    stored), and how many trials are still to be asked after them."""
+    choices, _ = choose(tune_groups(spec, tune), tune, lambda runs: _read(runs, store))
+    runs = [run for choice in choices for trial in choice.trials for run in trial.runs]
+    asked = sum(len(choice.trials) for choice in choices)
+    return runs, sum(choice.group.budget for choice in choices) - asked
 
 
 def _done(run: Run, store: ArtifactStore) -> bool:

@@ -7,17 +7,17 @@ same choices however many trials run at once."""
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any
 
-from fedhet.core.tune_spec import Dimension, Space, TuneSpec
+from fedhet.core.tune_spec import Dimension, TuneSpec
+from fedhet.tuning.groups import TuneGroup
 
 Asked = list[tuple[int, dict[str, Any]]]  # (trial number, field path -> value)
 
 
 class Search:
-    def __init__(self, space: Space, budget: int, sampler: str, tune: TuneSpec):
+    def __init__(self, group: TuneGroup, tune: TuneSpec):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -27,15 +27,17 @@ class Search:
             pruner = optuna.pruners.MedianPruner(n_startup_trials=tune.prune.startup_trials)
         self._study = optuna.create_study(
             direction="maximize",
-            sampler=samplers.get(sampler, optuna.samplers.RandomSampler)(seed=tune.sampler_seed),
+            sampler=samplers.get(group.sampler, optuna.samplers.RandomSampler)(
+                seed=tune.sampler_seed
+            ),
             pruner=pruner,
         )
-        if sampler == "grid":
-            for point in _grid_indices(space):
+        if group.sampler == "grid":
+            for point in group.grid_points():
                 self._study.enqueue_trial(point)
-        adaptive = sampler == "tpe" or tune.prune is not None  # results steer the next wave
-        self._space, self._budget = space, budget
-        self._batch = tune.batch if adaptive else budget
+        adaptive = group.sampler == "tpe" or tune.prune is not None  # results steer next waves
+        self._space, self._budget = group.space, group.budget
+        self._batch = tune.batch if adaptive else group.budget
         self._asked: dict[int, Any] = {}
         self._count = 0  # trials asked (the study also holds a grid's enqueued ones)
 
@@ -71,13 +73,6 @@ class Search:
             self._study.tell(trial, state=TrialState.FAIL)
         else:
             self._study.tell(trial, score)
-
-
-def _grid_indices(space: Space) -> list[dict[str, int]]:
-    """Every point of a grid space by its values' indices, the last field varying fastest."""
-    paths = list(space)
-    ranges = [range(len(space[path].grid or [])) for path in paths]
-    return [dict(zip(paths, combo, strict=True)) for combo in itertools.product(*ranges)]
 
 
 def _suggest(trial: Any, path: str, dimension: Dimension) -> Any:

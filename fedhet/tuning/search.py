@@ -32,10 +32,17 @@ class Trial:
     latest: list[Run] = field(default_factory=list)  # those it stopped at, one per seed
     scores: list[float] = field(default_factory=list)  # theirs, once measured
     pruned_at: int | None = None  # the rung it stopped at
+    runoff: list[Run] = field(default_factory=list)  # its runs on the runoff's seeds, if any
+    runoff_scores: list[float] = field(default_factory=list)
 
     @property
     def score(self) -> float:
         return trial_score(self.scores) if self.scores else math.nan
+
+    @property
+    def final_score(self) -> float:
+        """Its score after all its rounds: NaN for a trial stopped early."""
+        return math.nan if self.pruned_at is not None else self.score
 
     def train_to(self, rounds: int | None, seeds: list[int]) -> list[Run]:
         """Its runs of `rounds` rounds (None: the spec's), now its latest."""
@@ -47,10 +54,12 @@ class Trial:
 Wave = list[tuple[Search, Trial]]
 
 
-def search(groups: list[TuneGroup], tune: TuneSpec, measure: Measure) -> list[list[Trial]]:
-    """Every group's trials, in trial order: all of them, or (when `measure` finds a run
-    without a result) those of the waves up to that one."""
-    studies = [Search(g.space, g.budget, g.sampler, tune) for g in groups]
+def search(
+    groups: list[TuneGroup], tune: TuneSpec, measure: Measure
+) -> tuple[list[list[Trial]], bool]:
+    """Every group's trials, in trial order, and whether the search is complete: all of them,
+    or (when `measure` finds a run without a result) those of the waves up to that one."""
+    studies = [Search(g, tune) for g in groups]
     trials: list[list[Trial]] = [[] for _ in groups]
     while True:
         wave: Wave = []
@@ -58,8 +67,10 @@ def search(groups: list[TuneGroup], tune: TuneSpec, measure: Measure) -> list[li
             for number, values in study.ask():
                 mine.append(Trial(group, number, values))
                 wave.append((study, mine[-1]))
-        if not wave or not _measured(wave, tune, measure):
-            return trials
+        if not wave:
+            return trials, True
+        if not _measured(wave, tune, measure):
+            return trials, False
 
 
 def _measured(wave: Wave, tune: TuneSpec, measure: Measure) -> bool:

@@ -1,9 +1,12 @@
-"""The one place a tune reads results: a run's validation curve, and the score a trial gets from
-it. Nothing here opens a test metric, so no selection can depend on the test split."""
+"""The one place a tune reads results: a run's validation curve, the score a trial gets from it,
+and the rules that choose among the scores (the best trial; the close trials a runoff settles on
+more seeds, and its winner). Nothing here opens a test metric, so no selection can depend on the
+test split."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 from fedhet.core.store import ArtifactStore
@@ -42,3 +45,28 @@ def best_trial(scores: Sequence[float]) -> int | None:
     """The index of the highest score, the first of equal ones; None when none scored."""
     scored = [(score, -i) for i, score in enumerate(scores) if not math.isnan(score)]
     return -max(scored)[1] if scored else None
+
+
+def close_trials(
+    scores: Sequence[float], best_seeds: Sequence[float], within: float, most: int
+) -> list[int]:
+    """The trials that go to a runoff, by index, best first (then by score, the first of equal
+    ones first): those scoring within `within` of the best, or within the seed-to-seed standard
+    deviation of the best trial's scores (`best_seeds`, one per selection seed) when larger, at
+    most `most`. None when fewer than two are that close: the best is chosen as it is."""
+    best = best_trial(scores)
+    if best is None:
+        return []
+    noise = statistics.stdev(best_seeds) if len(best_seeds) > 1 else 0.0
+    floor = scores[best] - max(within, noise)
+    close = [i for i, score in enumerate(scores) if not math.isnan(score) and score >= floor]
+    close = sorted(close, key=lambda i: (-scores[i], i))[:most]
+    return close if len(close) > 1 else []
+
+
+def runoff_winner(close: Sequence[int], means: Sequence[float]) -> int:
+    """The close trial with the highest mean over every seed, the selection seeds' and the
+    runoff's (`means`, in the order of `close`), the first of equal ones; the best of the search
+    (the first) when none of them scored on every seed."""
+    winner = best_trial(means)
+    return close[0] if winner is None else close[winner]
