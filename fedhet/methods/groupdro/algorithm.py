@@ -108,15 +108,15 @@ class MixedGroupDRO(GroupDRO):
 
     vectorizable = False  # the data term is mixup's, which no client step states
 
-    def client_update(self, job: ClientJob) -> ClientResult:
+    def client_context(self, job: ClientJob) -> Mixer:
+        """The client's mixup draws for the round."""
         seed = derive_seed(self.setup.spec.seed, "groupdro-mixup", job.round, job.client.id)
-        self._mixer = Mixer(self.config.mixup_alpha, seed)
-        return super().client_update(job)
+        return Mixer(self.config.mixup_alpha, seed)
 
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
-        mix = self._mixer.draw(len(y), x.device)
+        mix = job.context.draw(len(y), x.device)
         return mix.loss(model(mix.inputs(x)), y)
 
 

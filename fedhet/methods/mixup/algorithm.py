@@ -20,20 +20,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedhet.plugin import ClientJob, ClientResult, Mixer, Trainer, derive_seed
+from fedhet.plugin import ClientJob, Mixer, Trainer, derive_seed
 
 
 class MixupTrainer(Trainer):
     vectorizable = False  # the data term is mixup's, which no client step states
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        self._mixer = Mixer(
-            self.config.alpha, derive_seed(self.setup.spec.seed, "mixup", job.round, job.client.id)
-        )
-        return super().client_update(job)
+    def client_context(self, job: ClientJob) -> Mixer:
+        """The client's mixup draws for the round."""
+        seed = derive_seed(self.setup.spec.seed, "mixup", job.round, job.client.id)
+        return Mixer(self.config.alpha, seed)
 
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
-        mix = self._mixer.draw(len(y), x.device)
+        mix = job.context.draw(len(y), x.device)
         return mix.loss(model(mix.inputs(x)), y)
