@@ -63,7 +63,7 @@ from fedhet.plugin import (
     LocalStats,
     Tensors,
     Trainer,
-    derive_seed,
+    seeded_mlp,
 )
 
 PREVIOUS = "moon_previous."  # + a model state name: the client's model of its last round
@@ -72,15 +72,7 @@ PREVIOUS = "moon_previous."  # + a model state name: the client's model of its l
 def projection_head(dim: int, width: int, seed: int) -> nn.Sequential:
     """FedBR's MOON projection head (networks.MLP): d -> width -> width -> d, ReLU between,
     initialized from `seed` (the global RNG is left untouched)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, "moon", "projection"))
-        return nn.Sequential(
-            nn.Linear(dim, width),
-            nn.ReLU(),
-            nn.Linear(width, width),
-            nn.ReLU(),
-            nn.Linear(width, dim),
-        )
+    return seeded_mlp(dim, width, dim, seed, "moon", "projection")
 
 
 def with_projection(net: FedModel, width: int, seed: int) -> FedModel:
