@@ -47,9 +47,11 @@ Training: the trainer and its one client step
         One client's work in a round, its result, and the traffic a round adds.
     A trainer that trains its clients in a way no client step states overrides
     `client_update` (and `local_loss`, the data term) and declares `vectorizable = False`.
-    Mixer, Mixup
+    Mixer, Mixup, MixedBatches
         Input mixup of a local batch (Zhang et al. 2018), drawn from a seeded generator: the one
-        helper of every method that mixes its clients' batches (mixup, FedBR's mixup option).
+        helper of every method that mixes its clients' batches (mixup, FedBR's mixup option);
+        MixedBatches, a trainer mixin whose clients mix every local batch (mixup, GroupDRO's
+        mixup_alpha).
 
 Stages
     stage(name)
@@ -136,6 +138,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "FedModel": ("fedhet.models", "FedModel"),
     "LocalStats": ("fedhet.engine.local", "LocalStats"),
     "LossFn": ("fedhet.metrics.cgv", "LossFn"),
+    "MixedBatches": ("fedhet.engine.mixup", "MixedBatches"),
     "Mixer": ("fedhet.engine.mixup", "Mixer"),
     "Mixup": ("fedhet.engine.mixup", "Mixup"),
     "Scores": ("fedhet.metrics.accuracy", "Scores"),

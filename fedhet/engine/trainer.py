@@ -83,7 +83,8 @@ class Trainer:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        own = [hook for hook in ("client_update", "local_loss") if hook in cls.__dict__]
+        hooks = ("client_update", "local_loss")
+        own = [hook for hook in hooks if getattr(cls, hook) is not getattr(Trainer, hook)]
         if own and cls.vectorizable:
             raise TypeError(
                 f"{cls.__name__} overrides {own[0]}, which no vectorized round runs: declare "
