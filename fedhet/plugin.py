@@ -47,9 +47,11 @@ Training: the trainer and its one client step
         One client's work in a round, its result, and the traffic a round adds.
     A trainer that trains its clients in a way no client step states overrides
     `client_update` (and `local_loss`, the data term) and declares `vectorizable = False`.
-    Mixer, Mixup
+    Mixer, Mixup, MixedBatches
         Input mixup of a local batch (Zhang et al. 2018), drawn from a seeded generator: the one
-        helper of every method that mixes its clients' batches (mixup, FedBR's mixup option).
+        helper of every method that mixes its clients' batches (mixup, FedBR's mixup option);
+        MixedBatches, a trainer mixin whose clients mix every local batch (mixup, GroupDRO's
+        mixup_alpha).
 
 Stages
     stage(name)
@@ -78,6 +80,12 @@ Tensors, models and metrics
         a round.
     FedModel, build_model, ClientData, load_data
         fedhet's models, a client's samples, the datasets.
+    seeded_mlp, WithPart, scale_gradient
+        A 3-layer MLP initialized from a derived seed (a projection head, a domain classifier),
+        a classifier carrying such a part under a name of its own, and a layer that scales the
+        gradient flowing back through it (negative: gradient reversal).
+    evaluate
+        (accuracy, mean cross-entropy) of a model on samples, as the engine scores its rounds.
     Scores, class_accuracies, LossFn, client_gradient_variance, summarize
         Metrics.
     stage_progress, run_metrics, write_metrics, tensorboard, figure_format, image_grid
@@ -130,6 +138,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "FedModel": ("fedhet.models", "FedModel"),
     "LocalStats": ("fedhet.engine.local", "LocalStats"),
     "LossFn": ("fedhet.metrics.cgv", "LossFn"),
+    "MixedBatches": ("fedhet.engine.mixup", "MixedBatches"),
     "Mixer": ("fedhet.engine.mixup", "Mixer"),
     "Mixup": ("fedhet.engine.mixup", "Mixup"),
     "Scores": ("fedhet.metrics.accuracy", "Scores"),
@@ -137,17 +146,21 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Tensors": ("fedhet.engine.tensors", "Tensors"),
     "Traffic": ("fedhet.engine.trainer", "Traffic"),
     "TrainSetup": ("fedhet.engine.setup", "TrainSetup"),
+    "WithPart": ("fedhet.engine.modules", "WithPart"),
     "Trainer": ("fedhet.engine.trainer", "Trainer"),
     "build_model": ("fedhet.models", "build_model"),
     "build_setup": ("fedhet.engine.setup", "build_setup"),
     "class_accuracies": ("fedhet.metrics.accuracy", "class_accuracies"),
     "client_gradient_variance": ("fedhet.metrics.cgv", "client_gradient_variance"),
     "effective_steps": ("fedhet.engine.local", "effective_steps"),
+    "evaluate": ("fedhet.engine.loop", "evaluate"),
     "figure_format": ("fedhet.figures", "figure_format"),
     "image_grid": ("fedhet.figures", "image_grid"),
     "load_data": ("fedhet.data.datasets", "load_data"),
     "num_local_steps": ("fedhet.engine.system", "num_local_steps"),
     "run_metrics": ("fedhet.engine.run_format", "run_metrics"),
+    "scale_gradient": ("fedhet.engine.modules", "scale_gradient"),
+    "seeded_mlp": ("fedhet.engine.modules", "seeded_mlp"),
     "stage_progress": ("fedhet.engine.progress", "stage_progress"),
     "summarize": ("fedhet.metrics.summary", "summarize"),
     "tensorboard": ("fedhet.engine.tensorboard", None),

@@ -23,10 +23,10 @@ from fedhet.engine.loop import Engine
 from fedhet.engine.trainer import ClientJob
 from fedhet.methods.dann.algorithm import (
     UPDATES,
-    DANNModel,
     reverse_gradient,
     trains_discriminator,
 )
+from fedhet.plugin import WithPart
 
 torch.set_num_threads(1)
 FEDHET = Path(sys.executable).with_name("fedhet")  # the installed console script
@@ -138,7 +138,7 @@ def test_update_count_schedule_follows_fedbrs_code():
 def test_a_feature_step_ascends_the_domain_loss_of_the_clients_own_label(tmp_path):
     engine = engine_for(tmp_path, lam=0.7)
     model = engine.algorithm.build_model()
-    assert isinstance(model, DANNModel)
+    assert isinstance(model, WithPart)
     assert model.discriminator[-1].out_features == 4  # one domain per client
     assert model.discriminator[0].out_features == 256  # FedBR's code's width
     client = 2

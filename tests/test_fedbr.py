@@ -19,7 +19,6 @@ from fedhet.engine.system import num_local_steps
 from fedhet.engine.trainer import ClientJob, Trainer
 from fedhet.methods.fedbr.algorithm import (
     FedBR,
-    FedBRModel,
     LocalRound,
     contrastive_loss,
     projection_head,
@@ -27,6 +26,7 @@ from fedhet.methods.fedbr.algorithm import (
 from fedhet.methods.fedbr.config import FedBRConfig, pseudo_node
 from fedhet.methods.fedbr.pseudo import mix_with_local, random_sample_means, to_shape
 from fedhet.models import build_model
+from fedhet.plugin import WithPart
 
 torch.set_num_threads(1)
 
@@ -77,7 +77,7 @@ def job_for(algo, setup, client, state, server_state, rnd=0):
 
 def tiny_fedbr_model(seed=0, **config):
     net = build_model(ModelSpec(arch="mlp", hidden=[16]), (1, 8, 8), 10, seed)
-    model = FedBRModel(net, projection_head(16, 32, 8, seed))
+    model = WithPart(net, "projection", projection_head(16, 32, 8, seed))
     return model, FedBRConfig(**config)
 
 

@@ -29,6 +29,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedhet.core.rng import derive_seed
+
 
 @dataclass(frozen=True)
 class Mixup:
@@ -67,3 +69,24 @@ class Mixer:
         lam = float(self.rng.beta(self.alpha, self.alpha))
         partner = torch.from_numpy(self.rng.permutation(n)).to(device)
         return Mixup(max(lam, 1.0 - lam), partner)
+
+
+class MixedBatches:
+    """A trainer mixin: each client mixes every local batch with itself, one seeded `Mixer` per
+    client and round (its job's context). The trainer names the stream its draws come from
+    (`mixup_stream`) and the Beta parameter (`mixup_alpha`)."""
+
+    mixup_stream: str
+
+    @property
+    def mixup_alpha(self) -> float:
+        raise NotImplementedError
+
+    def client_context(self, job) -> Mixer:
+        """The client's mixup draws for the round."""
+        seed = derive_seed(self.setup.spec.seed, self.mixup_stream, job.round, job.client.id)
+        return Mixer(self.mixup_alpha, seed)
+
+    def local_loss(self, job, model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        mix = job.context.draw(len(y), x.device)
+        return mix.loss(model(mix.inputs(x)), y)

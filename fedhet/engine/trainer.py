@@ -13,9 +13,12 @@ A trainer is a few functions over explicit state:
 - hooks: `synchronized_first_step` (a lockstep step across the round's clients, returning the
   `Traffic` it adds), `download`/`shared` (what crosses the network, for accounting),
   `evaluation_states` (personalized models to evaluate) and `build_model`.
-A method whose clients train in a way no client step states (FedBR's adversarial rounds,
-FedImpro's feature statistics) overrides `client_update` (and `local_loss`, the data term) and
-declares `vectorizable = False`: its clients then train one at a time.
+A method whose data term differs (Mixup's mixed batches, MOON's contrastive term) overrides
+`local_loss`, and builds what that term reads for one client's job in `client_context(job)` (its
+seeded draws, its frozen anchor models: on the job, never on the trainer, which the round's
+clients share). A method whose clients train in a way no client step states (FedBR's adversarial
+rounds, DANN's two optimizers) overrides `client_update`. Either declares
+`vectorizable = False`: its clients then train one at a time.
 The engine owns the round loop, sampling, evaluation, metrics and checkpoints.
 """
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -52,6 +55,8 @@ class ClientJob:
     generator: torch.Generator
     steps: int  # local steps this round (fedhet.engine.system: the federation's, or drawn)
     first_step: Callable[[nn.Module], torch.Tensor] | None = None
+    # what the client's loss reads during this job (`Trainer.client_context`), set when it starts
+    context: Any = None
 
 
 @dataclass
@@ -78,7 +83,8 @@ class Trainer:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        own = [hook for hook in ("client_update", "local_loss") if hook in cls.__dict__]
+        hooks = ("client_update", "local_loss")
+        own = [hook for hook in hooks if getattr(cls, hook) is not getattr(Trainer, hook)]
         if own and cls.vectorizable:
             raise TypeError(
                 f"{cls.__name__} overrides {own[0]}, which no vectorized round runs: declare "
@@ -167,10 +173,17 @@ class Trainer:
         share; each client's own tensors come from its state (`ClientStep.extras`)."""
         return ClientStep()
 
+    def client_context(self, job: ClientJob) -> Any:
+        """What the client's `local_loss` reads while it trains in this job, built as it starts
+        (e.g. its seeded mixup draws, its frozen anchor models): per-client state lives on the
+        job, never on the trainer, which the round's clients share. None by default."""
+        return None
+
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
-        """The data term of a client's loss (the client step adds its own)."""
+        """The data term of a client's loss (the client step adds its own); `job.context` holds
+        what `client_context` built for the job."""
         return self.objective.loss(model, x, y, job.generator)
 
     def local_steps(self, job: ClientJob) -> int:
@@ -183,6 +196,7 @@ class Trainer:
 
     def client_update(self, job: ClientJob) -> ClientResult:
         """One client's local SGD with the round's client step, as a cohort of one."""
+        job.context = self.client_context(job)
         model = job.model
         step = self.client_step(job.round, job.global_state, job.server_state)
         one = OneClient(step, model, step.extras(job.client_state), job.lr)

@@ -51,61 +51,26 @@ from fedhet.plugin import (
     ClientJob,
     ClientResult,
     Divergence,
-    FedModel,
     LocalStats,
     Trainer,
-    derive_seed,
+    WithPart,
+    scale_gradient,
+    seeded_mlp,
     tensors,
 )
 
 UPDATES = "dann_updates"  # a client's update count (schedule: alternate), in its state
 
-# --- the gradient reversal layer ----------------------------------------------------------
-
-
-class _Reversal(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return -ctx.scale * grad, None
-
 
 def reverse_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
     """R_scale(x): x forward; the gradient flowing back through it is multiplied by -scale."""
-    return _Reversal.apply(x, scale)
-
-
-# --- the model ----------------------------------------------------------------------------
-
-
-class DANNModel(nn.Module):
-    """The classifier (`net`, a FedModel) and the domain classifier D; forward gives logits."""
-
-    def __init__(self, net: FedModel, discriminator: nn.Sequential):
-        super().__init__()
-        self.net = net
-        self.discriminator = discriminator
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+    return scale_gradient(x, -scale)
 
 
 def domain_classifier(in_dim: int, width: int, domains: int, seed: int) -> nn.Sequential:
     """FedBR's code's D (networks.MLP): 3 linear layers with ReLUs, initialized from `seed`
     (the global RNG is left untouched, so the classifier starts as FedAvg's)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, "dann", "discriminator"))
-        return nn.Sequential(
-            nn.Linear(in_dim, width),
-            nn.ReLU(),
-            nn.Linear(width, width),
-            nn.ReLU(),
-            nn.Linear(width, domains),
-        )
+    return seeded_mlp(in_dim, width, domains, seed, "dann", "discriminator")
 
 
 def trains_discriminator(count: int, d_steps_per_g: int) -> bool:
@@ -121,13 +86,13 @@ class DANN(Trainer):
     vectorizable = False  # two optimizers and alternating steps of its own
     config: DANNConfig
 
-    def build_model(self) -> DANNModel:
+    def build_model(self) -> WithPart:
         net = super().build_model()
         domains = len(self.setup.clients)
         disc = domain_classifier(
             net.feature_dim, self.config.disc_width, domains, self.setup.spec.seed
         )
-        return DANNModel(net, disc)
+        return WithPart(net, "discriminator", disc)
 
     def client_update(self, job: ClientJob) -> ClientResult:
         cfg, model = self.config, job.model

@@ -39,14 +39,15 @@ from fedhet.plugin import (
     ClientResult,
     Divergence,
     FederationSpec,
-    FedModel,
     LocalStats,
     Mixer,
     Mixup,
     Tensors,
     Trainer,
     TrainSetup,
+    WithPart,
     derive_seed,
+    seeded_mlp,
     tensors,
     torch_generator,
 )
@@ -54,29 +55,9 @@ from fedhet.plugin import (
 # --- model ------------------------------------------------------------------------------
 
 
-class FedBRModel(nn.Module):
-    """The classifier (`net`, a FedModel) and the projection head P; forward gives logits."""
-
-    def __init__(self, net: FedModel, projection: nn.Sequential):
-        super().__init__()
-        self.net = net
-        self.projection = projection
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
 def projection_head(in_dim: int, width: int, out_dim: int, seed: int) -> nn.Sequential:
     """The paper's 3-layer MLP P, initialized from `seed` (the global RNG is left untouched)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, "fedbr", "projection"))
-        return nn.Sequential(
-            nn.Linear(in_dim, width),
-            nn.ReLU(),
-            nn.Linear(width, width),
-            nn.ReLU(),
-            nn.Linear(width, out_dim),
-        )
+    return seeded_mlp(in_dim, width, out_dim, seed, "fedbr", "projection")
 
 
 def frozen_copy(module: nn.Module) -> nn.Module:
@@ -119,7 +100,7 @@ class LocalRound:
     """One client's FedBR round: phi_g frozen at the round's start, one optimizer for the
     features and classifier (min step), one ascending optimizer for P (max step)."""
 
-    def __init__(self, model: FedBRModel, config: FedBRConfig, fed: FederationSpec, lr: float):
+    def __init__(self, model: WithPart, config: FedBRConfig, fed: FederationSpec, lr: float):
         self.model, self.config = model, config
         self.global_features = frozen_copy(model.net.features)
         self.net_params = list(model.net.parameters())
@@ -217,13 +198,13 @@ class FedBR(Trainer):
         super().__init__(config, setup)
         self._pseudo: tuple[int, torch.Tensor] | None = None  # (round, x) last sent
 
-    def build_model(self) -> FedBRModel:
+    def build_model(self) -> WithPart:
         net = super().build_model()
         cfg = self.config
         head = projection_head(
             net.feature_dim, cfg.projection_width, cfg.projection_dim, self.setup.spec.seed
         )
-        return FedBRModel(net, head)
+        return WithPart(net, "projection", head)
 
     # --- server side: pseudo-data and its accounting --------------------------------------
 

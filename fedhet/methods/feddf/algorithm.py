@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedhet.methods.feddf.config import FedDFConfig
-from fedhet.plugin import ClientData, Tensors, Trainer, tensors, torch_generator
+from fedhet.plugin import Tensors, Trainer, evaluate, tensors, torch_generator
 
 CLIP_NORM = 5.0  # the official student's gradient-norm clip
 
@@ -107,16 +107,6 @@ def noise_batch(
 
 
 # --- distillation -----------------------------------------------------------------------
-
-
-@torch.no_grad()
-def accuracy(model: nn.Module, data: ClientData, classes: int, batch: int) -> float:
-    model.eval()
-    correct = 0
-    for start in range(0, data.n, batch):
-        logits = model(data.x[start : start + batch])[:, :classes]
-        correct += int((logits.argmax(1) == data.y[start : start + batch]).sum())
-    return correct / max(data.n, 1)
 
 
 def distill(
@@ -176,7 +166,7 @@ class FedDF(Trainer):
             return None
         classes = self.setup.dataset.num_classes
         batch = self.setup.spec.runtime.eval_batch_size
-        return lambda model: accuracy(model, validation, classes, batch)
+        return lambda model: evaluate(model, validation.x, validation.y, batch, classes)[0]
 
     def loaded(self, state: Tensors) -> nn.Module:
         model = self.build_model().to(self.setup.device)

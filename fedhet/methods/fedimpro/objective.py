@@ -19,19 +19,7 @@ from torch import nn
 
 from fedhet.methods.fedimpro.config import Objective
 from fedhet.methods.fedimpro.statistics import sample_features
-
-
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; backward multiplies the gradient by `scale`."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad * ctx.scale, None
+from fedhet.plugin import scale_gradient
 
 
 def _real_and_sampled_losses(
@@ -76,7 +64,7 @@ def decoupled_loss(
     The gradient reaching `real_features` (hence the low-level part) is rescaled to that of
     CE(high(h), y) alone.
     """
-    real = _ScaleGrad.apply(real_features, 1.0 / real_share)
+    real = scale_gradient(real_features, 1.0 / real_share)
     real_loss, sampled_loss = _real_and_sampled_losses(
         high, real, labels, sampled_features, sampled_labels
     )

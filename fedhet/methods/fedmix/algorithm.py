@@ -55,7 +55,6 @@ from torch import nn
 
 from fedhet.plugin import (
     ClientJob,
-    ClientResult,
     RunError,
     Traffic,
     Trainer,
@@ -116,6 +115,15 @@ class MeanPool:
         within = torch.rand(count, generator=gen, dtype=torch.float64) * self.counts[source]
         index = (self.offsets[source] + within.long()).to(self.x.device)
         return self.x[index], self.y[index]
+
+
+@dataclass(frozen=True)
+class MeanDraws:
+    """A client's draws of means in one round: the pool positions it draws from, and the
+    generator of its draws."""
+
+    sources: torch.Tensor
+    generator: torch.Generator
 
 
 def fedmix_loss(
@@ -185,14 +193,14 @@ class FedMix(Trainer):
         down = sum(up - own for own in sizes)
         return Traffic(traffic.bytes_up + up, traffic.bytes_down + down, traffic.rounds + 1)
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        self._sources = self.sources(job.client.id)
-        self._draws = torch_generator(self.setup.spec.seed, "fedmix", job.round, job.client.id)
-        return super().client_update(job)
+    def client_context(self, job: ClientJob) -> MeanDraws:
+        """The means the client mixes with this round, and their seeded draws."""
+        draws = torch_generator(self.setup.spec.seed, "fedmix", job.round, job.client.id)
+        return MeanDraws(self.sources(job.client.id), draws)
 
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
-        x_bar, y_bar = self.pool.draw(self._sources, len(y), self._draws)
+        x_bar, y_bar = self.pool.draw(job.context.sources, len(y), job.context.generator)
         cfg = self.config
         return fedmix_loss(model, x, y, x_bar, y_bar, cfg.lam, cfg.derivative)

@@ -37,17 +37,14 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 
 from fedhet.plugin import (
-    ClientJob,
     ClientResult,
     ClientStep,
     LocalStats,
-    Mixer,
+    MixedBatches,
     Tensors,
     Trainer,
-    derive_seed,
 )
 
 LOG_Q = "groupdro_log_q"  # log q_c, in the client's state and its upload
@@ -102,22 +99,16 @@ class GroupDRO(Trainer):
         )
 
 
-class MixedGroupDRO(GroupDRO):
+class MixedGroupDRO(MixedBatches, GroupDRO):
     """GroupDRO whose clients mix every local batch with itself (`mixup_alpha`), as the official
     GroupDRO.update does; q_c's loss is then the first step's mixed loss, as there."""
 
     vectorizable = False  # the data term is mixup's, which no client step states
+    mixup_stream = "groupdro-mixup"
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        seed = derive_seed(self.setup.spec.seed, "groupdro-mixup", job.round, job.client.id)
-        self._mixer = Mixer(self.config.mixup_alpha, seed)
-        return super().client_update(job)
-
-    def local_loss(
-        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        mix = self._mixer.draw(len(y), x.device)
-        return mix.loss(model(mix.inputs(x)), y)
+    @property
+    def mixup_alpha(self) -> float:
+        return self.config.mixup_alpha
 
 
 GroupDRO.mixing = MixedGroupDRO  # the trainer of `mixup_alpha` (GroupDROConfig.trainer_class)

@@ -17,23 +17,13 @@ term, which the vectorized executor does not state.
 
 from __future__ import annotations
 
-import torch
-from torch import nn
-
-from fedhet.plugin import ClientJob, ClientResult, Mixer, Trainer, derive_seed
+from fedhet.plugin import MixedBatches, Trainer
 
 
-class MixupTrainer(Trainer):
+class MixupTrainer(MixedBatches, Trainer):
     vectorizable = False  # the data term is mixup's, which no client step states
+    mixup_stream = "mixup"
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        self._mixer = Mixer(
-            self.config.alpha, derive_seed(self.setup.spec.seed, "mixup", job.round, job.client.id)
-        )
-        return super().client_update(job)
-
-    def local_loss(
-        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        mix = self._mixer.draw(len(y), x.device)
-        return mix.loss(model(mix.inputs(x)), y)
+    @property
+    def mixup_alpha(self) -> float:
+        return self.config.alpha

@@ -58,13 +58,12 @@ from torch import nn
 from fedhet.methods.moon.config import MoonConfig
 from fedhet.plugin import (
     ClientJob,
-    ClientResult,
     ClientStep,
     FedModel,
     LocalStats,
     Tensors,
     Trainer,
-    derive_seed,
+    seeded_mlp,
 )
 
 PREVIOUS = "moon_previous."  # + a model state name: the client's model of its last round
@@ -73,15 +72,7 @@ PREVIOUS = "moon_previous."  # + a model state name: the client's model of its l
 def projection_head(dim: int, width: int, seed: int) -> nn.Sequential:
     """FedBR's MOON projection head (networks.MLP): d -> width -> width -> d, ReLU between,
     initialized from `seed` (the global RNG is left untouched)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, "moon", "projection"))
-        return nn.Sequential(
-            nn.Linear(dim, width),
-            nn.ReLU(),
-            nn.Linear(width, width),
-            nn.ReLU(),
-            nn.Linear(width, dim),
-        )
+    return seeded_mlp(dim, width, dim, seed, "moon", "projection")
 
 
 def with_projection(net: FedModel, width: int, seed: int) -> FedModel:
@@ -138,10 +129,6 @@ class Moon(Trainer):
     vectorizable = False  # its loss reads the batch under three models (module docstring)
     config: MoonConfig
 
-    def __init__(self, config: MoonConfig, setup) -> None:
-        super().__init__(config, setup)
-        self._anchors: dict[int, Anchors] = {}  # client id -> its frozen models while it trains
-
     def build_model(self) -> nn.Module:
         net = super().build_model()
         if self.config.projection == "none":
@@ -165,21 +152,15 @@ class Moon(Trainer):
             frozen(job.model, job.global_state), frozen(job.model, self.previous_state(job))
         )
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        if self.config.mu == 0:
-            return super().client_update(job)
-        self._anchors[job.client.id] = self.anchors(job)
-        try:
-            return super().client_update(job)
-        finally:
-            del self._anchors[job.client.id]
+    def client_context(self, job: ClientJob) -> Anchors | None:
+        return None if self.config.mu == 0 else self.anchors(job)
 
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
         if self.config.mu == 0:
             return super().local_loss(job, model, x, y)  # FedAvg's cross-entropy
-        return self.moon_loss(model, self._anchors[job.client.id], x, y)
+        return self.moon_loss(model, job.context, x, y)
 
     def moon_loss(
         self, model: nn.Module, anchors: Anchors, x: torch.Tensor, y: torch.Tensor
