@@ -212,6 +212,9 @@ PARTITION_COLUMNS = [
     Column("classes", "classes", "number"),
     Column("dominant_class", "top class", "number"),
     Column("dominant_share", "top %", "pct"),
+    Column("hellinger", "Hellinger", "number"),
+    Column("jensen_shannon", "JS", "number"),
+    Column("earth_movers", "EMD", "number"),
     Column("angle", "angle", "number"),
 ]
 
@@ -239,6 +242,7 @@ def partition(
 ) -> None:
     """Compute (or reuse) the partition of every run and print its summary."""
     spec = _load(path, data_root, overrides, only)
+    from fedhet.data.heterogeneity import heterogeneity
     from fedhet.data.partition import empty_clients_note, summary_rows
     from fedhet.execution.partitions import partitions
     from fedhet.execution.planning import runs_of
@@ -256,8 +260,11 @@ def partition(
             flat += [{"partition": label, "key": node.key, **r} for r in rows]
         else:
             show(out, rows, columns, fmt, title=f"{label} ({node.key[:10]})")
-        note = empty_clients_note([row["size"] for row in rows])
-        if note:
+        notes = [
+            heterogeneity(part.histogram).line(),
+            empty_clients_note([r["size"] for r in rows]),
+        ]
+        for note in filter(None, notes):
             (err if for_programs else out).print(note)
         heatmaps[label] = part.histogram
     if plot is not None:

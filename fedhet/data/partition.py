@@ -85,8 +85,12 @@ def empty_clients_note(sizes: Sequence[int]) -> str | None:
 
 
 def summary_rows(partition: Partition) -> list[dict]:
-    """One row per client: size, classes present, dominant class and its share, angle."""
+    """One row per client: size, classes present, dominant class and its share, its label
+    distribution's distances to the pooled one (fedhet.data.heterogeneity), angle."""
+    from fedhet.data.heterogeneity import client_measures
+
     rows = []
+    measures = client_measures(partition.histogram)
     for client, counts in enumerate(partition.histogram):
         size = int(counts.sum())
         angle = None if partition.angles is None else float(partition.angles[client])
@@ -97,6 +101,7 @@ def summary_rows(partition: Partition) -> list[dict]:
                 "classes": int(np.count_nonzero(counts)),
                 "dominant_class": int(np.argmax(counts)) if size else None,
                 "dominant_share": float(counts.max() / size) if size else 0.0,
+                **measures[client],
                 "angle": angle,
             }
         )

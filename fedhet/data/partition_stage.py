@@ -14,6 +14,7 @@ import zarr
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.spec import Spec
 from fedhet.data.datasets import load_data
+from fedhet.data.heterogeneity import allowed_left_out, check_iid_labels, check_partition
 from fedhet.data.partition import Partition, make_partition
 from fedhet.data.partition_format import save_partition
 from fedhet.data.server_split import on_pool, server_indices
@@ -42,4 +43,15 @@ def spec_partition(spec: Spec) -> Partition:
         part = hold_out(part, labels, spec.data.validation, spec.seed)
     if spec.data.server is not None:
         part = replace(part, server_indices=server)
+    dealt = len(labels) if spec.data.server is None else len(pool)
+    left_out = allowed_left_out(spec.partition, dealt)
+    check_partition(shares(part), len(labels), left_out, "partition")
+    check_iid_labels(spec.partition, part.histogram, "partition")
     return part
+
+
+def shares(part: Partition) -> list:
+    """Every index array a partition deals: the clients', the held-out and the server's."""
+    held_out = part.validation_indices or []
+    server = [] if part.server_indices is None else [part.server_indices]
+    return [*part.client_indices, *held_out, *server]
