@@ -57,9 +57,9 @@ def test_runs_and_metrics_are_dataframes_of_every_run(trained, monkeypatch):
     assert list(metrics.columns[:3]) == ["run", "algorithm", "setting"]
     assert len(metrics) == 4 * 2  # a row per run and round
     # the best test accuracy of each run, from its rounds, is the one `runs()` reports
-    best = metrics.groupby("run").test_accuracy.max()
+    best = metrics.groupby("run").test_accuracy_pct.max()
     for _, row in runs.iterrows():
-        assert best[row.label] == pytest.approx(row.best_test)
+        assert best[row.label] == row.best_test_pct
 
 
 def test_compare_pairs_runs_by_seed(trained):
