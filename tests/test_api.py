@@ -32,12 +32,12 @@ def docs_example() -> str:
 @pytest.mark.slow
 def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, capsys):
     code = docs_example().replace('store="artifacts"', f'store="{tmp_path / "store"}"')
-    code = code.replace('report("reports")', f'report("{tmp_path / "reports"}")')
+    code = code.replace('report("report")', f'report("{tmp_path / "report"}")')
     monkeypatch.chdir(REPO)
     exec(compile(code, EXAMPLE_PAGE, "exec"), {"__name__": "__main__"})  # here: torch is loaded
     printed = capsys.readouterr().out
     assert "within noise" in printed or "ahead" in printed or "behind" in printed
-    assert (tmp_path / "reports" / "quickstart.md").exists()
+    assert (tmp_path / "report" / "quickstart.md").exists()
 
 
 @pytest.fixture(scope="module")
