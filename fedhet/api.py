@@ -55,7 +55,9 @@ def load(
     return Experiment(parsed, ArtifactStore(store), _load_call(spec, overrides, store))
 
 
-def _load_call(spec: str | Path | Mapping[str, Any], overrides: tuple[str, ...], store) -> str:
+def _load_call(
+    spec: str | Path | Mapping[str, Any], overrides: tuple[str, ...], store: str | Path | None
+) -> str:
     """The `fedhet.load(...)` call, as a message names it: `{...}` for a mapping."""
     arguments = ["{...}" if isinstance(spec, Mapping) else repr(str(spec))]
     arguments += map(repr, overrides)
