@@ -39,8 +39,9 @@ Kind = Literal["text", "number", "pct", "seconds", "megabytes"]
 class Column:
     key: str
     header: str
-    kind: Kind = "text"  # text wraps in a narrow terminal; every other kind is kept whole
-    # (pct: stored as a fraction, shown in percent: its key is in units.FRACTIONS)
+    # text wraps in a narrow terminal; every other kind is kept whole. pct: a quantity stored as
+    # a fraction (its key is in units.FRACTIONS), shown in percent
+    kind: Kind = "text"
     optional: bool = False  # shown only when some row has a value
 
     @property

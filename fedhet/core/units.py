@@ -51,9 +51,9 @@ def percent(fraction: float) -> float:
     return 100 * fraction
 
 
-def fraction(percent: float) -> float:
-    """An accuracy (or a difference, in points) as stored: a fraction of 1."""
-    return percent / 100
+def fraction(shown: float) -> float:
+    """An accuracy in percent (or a difference in points) as stored: a fraction of 1."""
+    return shown / 100
 
 
 def shown_name(name: str) -> str:
