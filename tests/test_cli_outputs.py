@@ -52,7 +52,7 @@ def test_a_run_logging_to_a_file_prints_a_line_every_few_rounds(fedhet, tmp_path
     assert trained.rc == 0, trained.stderr
     (run,) = runs_of(load_spec(spec))
     pattern = (
-        rf"{re.escape(run.label)}: round (\d+)/{rounds} acc \d\.\d{{4}} loss \d+\.\d{{4}}, \d+s"
+        rf"{re.escape(run.label)}: round (\d+)/{rounds} acc \d+\.\d{{2}}% loss \d+\.\d{{4}}, \d+s"
     )
     found = [int(m.group(1)) for m in re.finditer(pattern, trained.stderr)]
     step = math.ceil(rounds / LINES)

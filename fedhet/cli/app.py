@@ -23,6 +23,7 @@ from rich.table import Table
 from fedhet import __version__
 from fedhet.cli import crash, signals
 from fedhet.cli.output import Column, Format, present, show
+from fedhet.core import units
 from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.memory_check import require_models_fit
 from fedhet.core.overrides import replaced_axes
@@ -588,7 +589,8 @@ def _stored_runs(
 
     runs = runs_of(spec)
     if not train:
-        require_stored(runs, store, shlex.join([str(path), *(overrides or ())]))
+        command = shlex.join(["fedhet", "train", str(path), *(overrides or ())])
+        require_stored(runs, store, f"run `{command}` first or pass --train")
     return runs
 
 
@@ -600,15 +602,15 @@ EVAL_COLUMNS = [
     Column("accuracy", "accuracy %", "pct"),
     Column("own_angle", "own angle %", "pct", optional=True),
     Column("loss", "loss", "number"),
-    Column("per_class", "per class"),
-    Column("per_client", "per client (train samples)"),
+    Column("per_class", "per class %"),
+    Column("per_client", "per client % (train samples)"),
 ]
 CLIENT_TEST_COLUMNS = [  # over the clients' accuracies on their own test sets
     Column("client_test_mean", "client mean %", "pct"),
     Column("client_test_worst_decile", "worst 10% %", "pct"),
     Column("client_test_std", "client std %", "pct"),
 ]
-CLIENT_TEST_LIST = Column("client_test", "per client (own test set)")
+CLIENT_TEST_LIST = Column("client_test", "per client % (own test set)")
 CGV_COLUMNS = [
     Column(f"cgv_{part}", f"CGV {part}", "number") for part in ("total", "features", "head")
 ]
@@ -651,7 +653,7 @@ def evaluate(
         for run in runs
     ]
     if as_json or fmt is Format.json:  # the reports as they are, lists and all
-        print(json.dumps(reports, indent=2))
+        print(json.dumps([units.shown_row(report) for report in reports], indent=2))
         return
     readable = fmt is not Format.csv
     rows = [_eval_row(report, readable) for report in reports]
@@ -678,7 +680,7 @@ def _spread_text(row: dict) -> str:
     if row.get("client_test_mean") is None:
         return "not measured"
     return ", ".join(
-        f"{column.header.removesuffix(' %')} {100 * row[column.key]:.2f}%"
+        f"{column.header.removesuffix(' %')} {units.percent(row[column.key]):.2f}%"
         for column in CLIENT_TEST_COLUMNS
     )
 
@@ -689,7 +691,8 @@ def _eval_row(report: dict, readable: bool) -> dict:
     parts as numbers (none for a model that is no network, like TCT's)."""
 
     def joined(values: list[float] | None) -> str:
-        return " ".join(f"{v:.3f}" if readable else repr(v) for v in values or ())
+        shown = map(units.percent, values or ())
+        return " ".join(f"{v:.1f}" if readable else repr(v) for v in shown)
 
     variance = {f"cgv_{part}": value for part, value in (report.get("cgv") or {}).items()}
     lists = ("per_class", "per_client", "client_test")
@@ -702,17 +705,22 @@ def _eval_row(report: dict, readable: bool) -> dict:
 @app.command(
     "report",
     epilog=_example(
-        "fedhet report specs/quickstart.yaml --out reports",
-        "fedhet report specs/quickstart.yaml federation.rounds=50 --train",
+        "fedhet report specs/quickstart.yaml",
+        "fedhet report specs/quickstart.yaml federation.rounds=50 --train --out results",
     ),
 )
 def report(
     path: SpecPath,
     overrides: OverridesArg = None,
     only: OnlyOpt = None,
-    out_dir: Annotated[Path, typer.Option("--out", help="folder for the .md and .png")] = Path(
-        "reports"
-    ),
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="folder for the .md and .png (default: report, in the working directory)",
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
     train: TrainOpt = False,
@@ -748,10 +756,10 @@ def report(
 ) -> None:
     """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves."""
     spec, st = _load(path, data_root, overrides, only), ArtifactStore(store)
-    from fedhet.reports.comparison import FLOOR_ACCURACY
-    from fedhet.reports.report import write_report
+    from fedhet.reports.comparison import FLOOR_POINTS
+    from fedhet.reports.report import DEFAULT_FOLDER, write_report
 
-    minimum = FLOOR_ACCURACY if floor is None else floor / 100
+    minimum = units.fraction(FLOOR_POINTS if floor is None else floor)
     section = None
     if tuned:
         spec, runs, section = _tuned_runs(path, spec, st, train, overrides)
@@ -759,7 +767,8 @@ def report(
         runs = _stored_runs(path, spec, st, train, overrides)
     if train and jobs is not None:  # in parallel first; a failed run is a row of the report
         _train(runs, st, jobs, None, retry_diverged=False)
-    md, png = write_report(spec, runs, st, out_dir, err, train, baseline, minimum, section)
+    folder = DEFAULT_FOLDER if out_dir is None else out_dir
+    md, png = write_report(spec, runs, st, folder, err, train, baseline, minimum, section)
     out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
     out.print(f"wrote {md} and {png}")
 

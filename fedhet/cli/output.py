@@ -2,8 +2,10 @@
 the leftmost first kept whole where the width allows; numbers never wrap), or as markdown, CSV or
 JSON for other programs.
 
-Tables and markdown show formatted cells (accuracies in %, times in seconds); CSV and JSON keep the
-raw values under the columns' keys (accuracies as fractions, NaN as empty/null).
+Every format shows the rows' stored quantities in their shown units (fedhet.core.units: accuracies
+in percent). Tables and markdown show formatted cells (accuracies to 2 decimals, times in
+seconds); CSV and JSON the values in full under the columns' shown names (`best_test_pct`; NaN as
+empty/null).
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import io
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
 
 from rich.console import Console
 from rich.table import Table
+
+from fedhet.core import units
 
 
 class Format(StrEnum):
@@ -35,7 +39,9 @@ Kind = Literal["text", "number", "pct", "seconds", "megabytes"]
 class Column:
     key: str
     header: str
-    kind: Kind = "text"  # text wraps in a narrow terminal; every other kind is kept whole
+    # text wraps in a narrow terminal; every other kind is kept whole. pct: a quantity stored as
+    # a fraction (its key is in units.FRACTIONS), shown in percent
+    kind: Kind = "text"
     optional: bool = False  # shown only when some row has a value
 
     @property
@@ -59,8 +65,8 @@ def cell(value: Any, kind: Kind) -> str:
         return "-"
     if not isinstance(value, int | float) or isinstance(value, bool):
         return str(value)
-    if kind == "pct":
-        return f"{100 * value:.2f}"
+    if kind == "pct":  # already in percent (render converts)
+        return f"{value:.2f}"
     if kind == "seconds":
         return f"{value:.1f}"
     if kind == "megabytes":
@@ -86,7 +92,9 @@ def render(
     width: int = 80,
 ) -> str | Table:
     """A rich Table for `table` (print it on a console `width` wide), text for the other
-    formats."""
+    formats; the rows hold stored quantities (accuracies as fractions)."""
+    rows = [units.shown_row(row) for row in rows]
+    columns = [replace(c, key=units.shown_name(c.key)) for c in columns]
     if fmt is Format.table:
         return _table(rows, columns, title, width)
     if fmt is Format.markdown:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from fedhet.core import provenance
+from fedhet.core import provenance, units
 from fedhet.core.errors import InputError
 from fedhet.core.files import write_atomically
 from fedhet.core.spec import Spec
@@ -55,9 +55,9 @@ def _percent(values: list[float]) -> str:
     measured = [v for v in values if not math.isnan(v)]
     if not measured:
         return f"- (n={len(values)})"
-    mean = f"{100 * float(np.mean(measured)):.2f}"
+    mean = f"{units.percent(float(np.mean(measured))):.2f}"
     if len(measured) > 1:
-        mean += f" ± {100 * float(np.std(measured)):.2f}"
+        mean += f" ± {units.percent(float(np.std(measured))):.2f}"
     return f"{mean} (n={len(values)})"
 
 
@@ -277,18 +277,19 @@ def per_seed_table(rows: list[dict]) -> str:
     its best validation round, and its final test accuracy (`summarize`)."""
     split = validated(rows)
     lines = [
-        "| algorithm | setting | seed | best test | "
-        + ("test at best val | " if split else "")
-        + "final test | rounds to target | key |",
+        "| algorithm | setting | seed | best test % | "
+        + ("test at best val % | " if split else "")
+        + "final test % | rounds to target | key |",
         "|---|---|---|---|---|---|---|" + ("---|" if split else ""),
     ]
     for r in rows:
-        final = f"{100 * r['final']:.2f}"
+        final = f"{units.percent(r['final']):.2f}"
         if r["diverged"] is not None:
             final = f"diverged in round {r['diverged']}"
-        at_val = f"{100 * r.get('test_at_best_val', math.nan):.2f} | " if split else ""
+        at_val = f"{units.percent(r.get('test_at_best_val', math.nan)):.2f} | " if split else ""
+        best = units.percent(r["best_test"])
         lines.append(
-            f"| {r['algorithm']} | {r['setting']} | {r['seed']} | {100 * r['best_test']:.2f} "
+            f"| {r['algorithm']} | {r['setting']} | {r['seed']} | {best:.2f} "
             f"| {at_val}{final} | {r.get('rounds_to_target', '-')} | {r['key'][:12]} |"
         )
     return "\n".join(lines)
@@ -337,6 +338,11 @@ def environments(rows: list[dict]) -> str:
         for r in rows
     )
     return "\n".join(f"- {env}: {n} run{'s' if n != 1 else ''}" for env, n in counts.most_common())
+
+
+# Where a report goes unless told: never the repository's committed reports/, which only
+# `make reproduce` and `make readme` write (with --out reports)
+DEFAULT_FOLDER = Path("report")
 
 
 def write_report(
