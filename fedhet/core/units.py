@@ -30,6 +30,7 @@ FRACTIONS = frozenset(
         "best_val",
         "median_val",
         "val_score",
+        "runoff_score",
         "target_accuracy",
         "accuracy",
         "own_angle",
