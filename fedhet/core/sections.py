@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import types
+from functools import cache
+from typing import Any, ClassVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
 
 
 class OmitIfDefault:
@@ -29,9 +31,32 @@ MAX_THREADS = 1024
 MAX_FACTOR = 10**6  # floats that scale a count or a distribution (alpha, epochs)
 
 
+@cache
+def _number_error(annotation: Any) -> str | None:
+    """pydantic's error type for a boolean given to a field of this type when the field takes a
+    number (an int or a float, maybe None) and no boolean; None for any other field."""
+    union = get_origin(annotation) in (Union, types.UnionType)
+    kinds = set(get_args(annotation)) if union else {annotation}
+    if bool in kinds:
+        return None
+    return "int_type" if int in kinds else "float_type" if float in kinds else None
+
+
 class Section(BaseModel):
     # inf/nan would pass range checks like gt=0 and cannot enter a key
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        """true/false given for a count or another number (pydantic would read true as 1)."""
+        for name, value in data.items() if isinstance(data, dict) else ():
+            field = cls.model_fields.get(name)
+            kind = None if field is None else _number_error(field.annotation)
+            if isinstance(value, bool) and kind is not None:
+                error = {"type": kind, "loc": (name,), "input": value}
+                raise ValidationError.from_exception_data(cls.__name__, [error])
+        return data
 
     @model_serializer(mode="wrap")
     def _leave_out_omitted(self, handler: Any) -> dict[str, Any]:
