@@ -258,25 +258,29 @@ def test_bad_data_is_refused_at_validation_naming_the_field_and_the_file(
 
 
 @pytest.mark.parametrize(
-    "field",
+    ("override", "field"),
     [
-        "federation.rounds",
-        "federation.clients_per_round",
-        "federation.local_epochs",
-        "federation.batch_size",
-        "partition.clients",
-        "eval.every",
-        "seed",
+        ("federation.rounds=true", "federation.rounds"),
+        ("federation.clients_per_round=true", "federation.clients_per_round"),
+        ("federation.local_epochs=true", "federation.local_epochs"),
+        ("federation.batch_size=false", "federation.batch_size"),
+        ("partition.clients=true", "partition.clients"),
+        ("eval.every=true", "eval.every"),
+        ("seed=true", "seed"),
+        ("model.hidden=[16, true]", "model.hidden.1"),
+        ("algorithm={name: tct, stage1: {rounds: true}}", "algorithm.stage1.rounds"),
     ],
 )
-def test_a_boolean_for_a_count_is_refused(fedhet: CliRunner, tmp_path: Path, field: str):
+def test_a_boolean_for_a_count_is_refused(
+    fedhet: CliRunner, tmp_path: Path, override: str, field: str
+):
     spec = write_spec(tmp_path / "s.yaml", spec_of("mine.npz") | {"data": {"dataset": "digits"}})
     for command in ("spec", "validate"), ("train",):
-        result = fedhet(*command, spec, f"{field}=true", store=tmp_path / "store")
+        result = fedhet(*command, spec, override, store=tmp_path / "store")
         assert result.rc == 2
         assert f"{field}: input should be a valid" in one_line(result.stderr)
-    with pytest.raises(InputError, match=f"{field}: input should be a valid"):
-        fedhet_load(spec, f"{field}=true")
+    with pytest.raises(InputError, match=f"{re.escape(field)}: input should be a valid"):
+        fedhet_load(spec, override)
 
 
 def test_unused_arrays_get_one_warning_naming_them(fedhet: CliRunner, tmp_path: Path):
