@@ -7,7 +7,9 @@ the file (exit 2, also from `fedhet.load`); unused arrays get one warning."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import pickle
 import re
 import shutil
 import struct
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -22,11 +25,14 @@ from conftest import REPO, CliRunner, cli_env, write_spec
 from sklearn.datasets import load_digits
 
 from fedhet import load as fedhet_load
+from fedhet.core.data_config import ArrayData, DataConfig, DataInfo
 from fedhet.core.errors import InputError
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.data.datasets import load_data
 from fedhet.data.partition_plan import partition_node
+from fedhet.execution.planning import runs_of
+from fedhet.execution.tasks import plan_tasks
 
 
 def digits_npz(path: Path, **changes: np.ndarray) -> Path:
@@ -172,6 +178,49 @@ def test_an_image_folder_changed_after_planning_is_refused_naming_it(
     with pytest.raises(InputError, match="data.path: scans changed while fedhet was using it"):
         load_data(spec.data, seed=spec.seed)
     assert partition_node(parse_spec(spec.model_dump(mode="json"))).key != planned
+
+
+def test_a_task_planned_on_one_file_is_refused_by_a_worker_that_reads_another(tmp_path: Path):
+    """A worker plans its task again from the spec: on the data identity the parent planned."""
+    path = digits_npz(tmp_path / "mine.npz")
+    spec = parse_spec(spec_of(str(path)) | {"algorithm": {"name": "fedavg"}})
+    tasks = plan_tasks(runs_of(spec), str(tmp_path / "store"))
+    sent = [pickle.dumps(task) for task in tasks.values()]  # as a pool sends them
+    digits_npz(path, y=np.roll(load_digits().target, 1))
+    for task in sent:
+        with pytest.raises(InputError, match=f"data.path: {re.escape(str(path))} changed while"):
+            pickle.loads(task)
+
+
+class HashedFile(DataConfig):
+    """A plug-in dataset whose identity is its file's content hash."""
+
+    loader: ClassVar[str] = f"{__name__}:load_hashed"
+    hashed_files: ClassVar[dict[str, str]] = {"sha256": "file"}
+    dataset: str = "hashed"
+    file: str
+
+    def describe(self) -> DataInfo:
+        return DataInfo((1, 1, 2), 2)
+
+    def identity(self) -> dict[str, Any]:
+        return {"sha256": hashlib.sha256(Path(self.file).read_bytes()).hexdigest()}
+
+
+def load_hashed(config: HashedFile, seed: int) -> ArrayData:
+    x = np.load(config.file).astype(np.float32)
+    return ArrayData(x, np.array([0, 1]), x, np.array([0, 1]))
+
+
+def test_a_plugin_dataset_hashed_by_content_is_refused_when_its_file_changes(tmp_path: Path):
+    np.save(tmp_path / "blob.npy", np.eye(2))
+    config = HashedFile(file=str(tmp_path / "blob.npy"))
+    planned = config.keyed_identity()  # as planning keys it
+    np.save(tmp_path / "blob.npy", 2 * np.eye(2))
+    with pytest.raises(InputError, match=r"data.file: .*blob.npy changed while fedhet was using"):
+        load_data(config, seed=0)
+    np.save(tmp_path / "blob.npy", np.eye(2))  # put back: loads, as planned
+    assert load_data(config, seed=0).train_x.sum() == 2 and config.keyed_identity() == planned
 
 
 def big_png(path: Path, width: int, height: int) -> Path:
