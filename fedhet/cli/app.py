@@ -1023,7 +1023,10 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
+    except typer.Abort as exc:
+        if isinstance(exc.__cause__, EOFError):  # click's Abort for an EOFError: no interrupt
+            _say(crash.report(exc.__cause__, debug=_debug_requested()))
+            sys.exit(1)
         _say("aborted")
         sys.exit(130)
     except typer.TyperException as exc:
