@@ -346,7 +346,7 @@ def train(
     ray_at = ray_address or ("local" if ray else None)
     rows, failures = _train(runs, st, jobs, ray_at, retry_diverged)
     columns = [c for c in present(RESULT_COLUMNS, rows) if any(c.key in r for r in rows)]
-    show(out, rows, columns, fmt, title=path.stem)
+    show(out, rows, columns, fmt, title=spec.name)
     if len(failures) == 1:
         raise failures[0]
     if failures:
@@ -414,7 +414,7 @@ def plan(
     ]
     if fmt in (Format.csv, Format.json):
         columns = [*columns[:-1], Column("seconds_left", "seconds_left", "seconds")]
-    show(out, rows, columns, fmt, title=path.stem)
+    show(out, rows, columns, fmt, title=spec.name)
     if fmt in (Format.table, Format.markdown):
         out.print(summary)
 
@@ -495,10 +495,10 @@ def tune(
     outcome = run_tune(spec, section, st, Options(jobs), view, err)
     if trials:
         rows = trial_rows(outcome)
-        show(out, rows, present(TRIAL_COLUMNS, rows), fmt, title=f"{path.stem}: trials")
+        show(out, rows, present(TRIAL_COLUMNS, rows), fmt, title=f"{spec.name}: trials")
     else:
         rows = selection_rows(outcome)
-        show(out, rows, present(TUNE_COLUMNS, rows), fmt, title=f"{path.stem}: chosen")
+        show(out, rows, present(TUNE_COLUMNS, rows), fmt, title=f"{spec.name}: chosen")
 
 
 RUN_COLUMNS = [
@@ -549,7 +549,7 @@ def runs(
         if (algorithm is None or r["algorithm"] == algorithm)
         and (state is None or r["state"] == state)
     ]
-    show(out, rows, present(RUN_COLUMNS, rows), fmt, title=path.stem)
+    show(out, rows, present(RUN_COLUMNS, rows), fmt, title=spec.name)
 
 
 TrainOpt = Annotated[
@@ -726,10 +726,12 @@ def report(
         ),
     ] = False,
 ) -> None:
-    """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves."""
+    """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves
+    into a markdown file and PNG, SVG and PDF figures; prints the main table and where the rest
+    is."""
     spec, st = _load(path, data_root, overrides, only), ArtifactStore(store)
     from fedhet.reports.comparison import FLOOR_ACCURACY
-    from fedhet.reports.report import write_report
+    from fedhet.reports.report import summary, write_report
 
     minimum = FLOOR_ACCURACY if floor is None else floor / 100
     section = None
@@ -739,9 +741,8 @@ def report(
         runs = _stored_runs(path, spec, st, train, overrides)
     if train and jobs is not None:  # in parallel first; a failed run is a row of the report
         _train(runs, st, jobs, None, retry_diverged=False)
-    md, png = write_report(spec, runs, st, out_dir, err, train, baseline, minimum, section)
-    out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
-    out.print(f"wrote {md} and {png}")
+    md, _ = write_report(spec, runs, st, out_dir, err, train, baseline, minimum, section)
+    out.print(summary(md), markup=False, highlight=False, soft_wrap=True)
 
 
 def _tuned_runs(

@@ -1,6 +1,7 @@
 """A command's result rows as a table for people (fitting the terminal: labels wrap between words,
 the leftmost first kept whole where the width allows; numbers never wrap), or as markdown, CSV or
-JSON for other programs.
+JSON for other programs. A table piped to another program (no terminal, no COLUMNS asking for a
+width) keeps every cell whole on one line, however wide.
 
 Tables and markdown show formatted cells (accuracies in %, times in seconds); CSV and JSON keep the
 raw values under the columns' keys (accuracies as fractions, NaN as empty/null).
@@ -12,12 +13,14 @@ import csv
 import io
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 
@@ -83,10 +86,10 @@ def render(
     columns: Sequence[Column],
     fmt: Format,
     title: str | None = None,
-    width: int = 80,
+    width: int | None = 80,
 ) -> str | Table:
-    """A rich Table for `table` (print it on a console `width` wide), text for the other
-    formats."""
+    """A rich Table for `table` (print it on a console `width` wide; None: its cells whole, as
+    wide as they need), text for the other formats."""
     if fmt is Format.table:
         return _table(rows, columns, title, width)
     if fmt is Format.markdown:
@@ -109,13 +112,24 @@ def show(
     fmt: Format,
     title: str | None = None,
 ) -> None:
-    """Print the rows; text formats go out unwrapped (a pipe gets them verbatim)."""
-    rendered = render(rows, columns, fmt, title, console.width)
-    if isinstance(rendered, Table):
-        console.print(rendered)
-    else:
+    """Print the rows; text formats go out unwrapped (a pipe gets them verbatim), and so does a
+    table (`piped`)."""
+    whole = piped(console)
+    rendered = render(rows, columns, fmt, title, None if whole else console.width)
+    if not isinstance(rendered, Table):
         console.file.write(rendered)
         console.file.flush()
+    elif whole:  # a console as wide as the table: rich never folds or crops a cell
+        wide = Measurement.get(console, console.options.update_width(1_000_000), rendered)
+        Console(file=console.file, width=wide.maximum, no_color=True).print(rendered)
+    else:
+        console.print(rendered)
+
+
+def piped(console: Console) -> bool:
+    """Whether `console` writes to another program or a file, with no width asked for
+    (COLUMNS): its tables then keep every cell whole."""
+    return not console.is_terminal and "COLUMNS" not in os.environ
 
 
 # A table's width besides its cells': each column's border and padding, and the right edge;
@@ -124,9 +138,11 @@ _PER_COLUMN, _EDGE, _COMPACT = 3, 1, 4
 
 
 def _table(
-    rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None, width: int
+    rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None, width: int | None
 ) -> Table:
     cells = [[cell(row.get(c.key), c.kind) for c in columns] for row in rows]
+    if width is None:
+        return _whole_table(cells, columns, title)
     texts = [[col.header, *(r[i] for r in cells)] for i, col in enumerate(columns)]
     natural = [max(map(len, column)) for column in texts]
     budget = width - _EDGE - _PER_COLUMN * len(columns)
@@ -144,6 +160,15 @@ def _table(
             table.add_column(col.header, justify="right", no_wrap=True)
         else:  # folds mid-word only when the words themselves cannot fit
             table.add_column(col.header, overflow="fold", width=widths.get(i))
+    for row in cells:
+        table.add_row(*row)
+    return table
+
+
+def _whole_table(cells: list[list[str]], columns: Sequence[Column], title: str | None) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col.header, justify="right" if col.numeric else "left", no_wrap=True)
     for row in cells:
         table.add_row(*row)
     return table
