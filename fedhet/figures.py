@@ -34,9 +34,10 @@ MARKS_PER_CURVE = 8
 BAND_ALPHA = 0.15
 # Up to this many clients (classes), a heatmap labels every one; beyond, about this many ticks.
 LABELLED = 50
-# A value above OFF_SCALE times the row's 90th percentile (a diverging run's 1e29) is drawn
-# clipped at the top of the axis, marked, instead of flattening every other curve.
-OFF_SCALE = 10.0
+# A row's axis ends below a value more than OFF_SCALE_SPREADS spreads (the interquartile range
+# of the row's log10 values, at least one decade) above its upper quartile: a diverging run's
+# 1e29 is drawn clipped at the top, marked, instead of flattening every other curve.
+OFF_SCALE_SPREADS = 3.0
 OFF_SCALE_MARKER = "^"
 
 
@@ -215,8 +216,8 @@ def curves_figure(
 
 
 def robust_top(curves: dict[str, dict[str, Curve]]) -> float | None:
-    """The top of a row's axis when some value is off scale (above OFF_SCALE times the 90th
-    percentile of the row's finite values, mean and mean + std): the largest value that is not;
+    """The top of a row's axis when some value is off scale (see OFF_SCALE_SPREADS; over the
+    finite positive values of the row's means and mean + std): the largest value that is not;
     None when none is off scale (the axis then fits every value)."""
     values = np.concatenate(
         [
@@ -225,14 +226,13 @@ def robust_top(curves: dict[str, dict[str, Curve]]) -> float | None:
             for c in setting.values()
         ]
     )
-    values = values[np.isfinite(values)]
+    values = values[np.isfinite(values) & (values > 0)]
     if not values.size:
         return None
-    typical = float(np.percentile(values, 90))
-    kept = values[values <= OFF_SCALE * typical] if typical > 0 else values
-    if not kept.size or kept.size == values.size:
-        return None
-    return float(kept.max())
+    decades = np.log10(values)
+    low, high = np.percentile(decades, [25, 75])
+    kept = values[decades <= high + OFF_SCALE_SPREADS * max(high - low, 1.0)]
+    return None if kept.size == values.size else float(kept.max())
 
 
 def _clip(row, curves, settings: list[str], algorithms: list[str], top: float) -> bool:
