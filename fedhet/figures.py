@@ -182,20 +182,12 @@ def curves_figure(
     marks: dict[str, object] = {}  # legend entries of what is not an algorithm's line
     for row, (label, curves) in zip(axes, panels.items(), strict=True):
         row[0].set_ylabel(label)
-        top = None if label in percent else robust_top(curves)
         if label in percent:
             row[0].yaxis.set_major_formatter(PercentFormatter(xmax=1))
         for ax, setting in zip(row, settings, strict=True):
-            for algorithm, curve in curves[setting].items():
-                index = algorithms.index(algorithm)
-                if _draw(ax, curve, algorithm, index) and curve.seeds > 1:
-                    marks.setdefault("band", _band_entry())
-                for stage_start in (boundaries or {}).get(algorithm, []):
-                    ax.axvline(stage_start + 0.5, color=f"C{index}", linestyle=":", linewidth=1)
-                    marks.setdefault("stage", _stage_entry())
+            _draw_panel(ax, curves[setting], algorithms, boundaries or {}, marks)
             ax.set_title(setting)
-            ax.grid(alpha=0.3)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        top = None if label in percent else robust_top(curves)
         if top is not None and _clip(row, curves, settings, algorithms, top):
             marks.setdefault("clipped", _clipped_entry())
     for ax in axes[-1]:
@@ -213,6 +205,22 @@ def curves_figure(
     if title:
         fig.suptitle(title)
     return fig
+
+
+def _draw_panel(
+    ax, curves: dict[str, Curve], algorithms: list[str], boundaries: dict[str, list[int]], marks
+) -> None:
+    """One setting's curves, their bands and stage boundaries, on integer rounds; the legend
+    entry of each kind of mark drawn goes into `marks`."""
+    for algorithm, curve in curves.items():
+        index = algorithms.index(algorithm)
+        if _draw(ax, curve, algorithm, index) and curve.seeds > 1:
+            marks.setdefault("band", _band_entry())
+        for stage_start in boundaries.get(algorithm, []):
+            ax.axvline(stage_start + 0.5, color=f"C{index}", linestyle=":", linewidth=1)
+            marks.setdefault("stage", _stage_entry())
+    ax.grid(alpha=0.3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def robust_top(curves: dict[str, dict[str, Curve]]) -> float | None:
