@@ -34,9 +34,10 @@ MARKS_PER_CURVE = 8
 BAND_ALPHA = 0.15
 # Up to this many clients (classes), a heatmap labels every one; beyond, about this many ticks.
 LABELLED = 50
-# A row's axis ends below a value more than OFF_SCALE_SPREADS spreads (the interquartile range
-# of the row's log10 values, at least one decade) above its upper quartile: a diverging run's
-# 1e29 is drawn clipped at the top, marked, instead of flattening every other curve.
+# A value whose magnitude is more than OFF_SCALE_SPREADS spreads (the interquartile range of the
+# row's log10 magnitudes, at least one decade) above their upper quartile is off scale: the axis
+# leaves it out, so a diverging run's 1e29 (and its ±1e29 band) is drawn clipped at the top,
+# marked, instead of flattening every other curve.
 OFF_SCALE_SPREADS = 3.0
 OFF_SCALE_MARKER = "^"
 
@@ -163,8 +164,8 @@ def curves_figure(
     panels[metric label][setting][algorithm] = its Curve: the mean over seeds, and a band of
     ± one standard deviation where there are several seeds. `boundaries[algorithm]` are the
     rounds after which a new stage starts (TCT's stage 2), drawn as dotted vertical lines. The
-    rows named in `percent` hold fractions, drawn on a % axis; every other row's axis ends at
-    its robust top (`robust_top`), with the values above it drawn at the top, marked.
+    rows named in `percent` hold fractions, drawn on a % axis; every other row's axis spans its
+    values that are not off scale (`robust_limits`), a mean above it drawn at its top, marked.
     Rounds are integers on the x axis. The legend names every algorithm and every other kind
     of mark drawn; `captions` are lines under the panels (what a metric is).
     """
@@ -187,8 +188,8 @@ def curves_figure(
         for ax, setting in zip(row, settings, strict=True):
             _draw_panel(ax, curves[setting], algorithms, boundaries or {}, marks)
             ax.set_title(setting)
-        top = None if label in percent else robust_top(curves)
-        if top is not None and _clip(row, curves, settings, algorithms, top):
+        limits = None if label in percent else robust_limits(curves)
+        if limits is not None and _clip(row, curves, settings, algorithms, limits):
             marks.setdefault("clipped", _clipped_entry())
     for ax in axes[-1]:
         ax.set_xlabel("round")
@@ -223,37 +224,36 @@ def _draw_panel(
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def robust_top(curves: dict[str, dict[str, Curve]]) -> float | None:
-    """The top of a row's axis when some value is off scale (see OFF_SCALE_SPREADS; over the
-    finite positive values of the row's means and mean + std): the largest value that is not;
-    None when none is off scale (the axis then fits every value)."""
+def robust_limits(curves: dict[str, dict[str, Curve]]) -> tuple[float, float] | None:
+    """The y range of a row's finite values (means and mean ± std) that are not off scale (see
+    OFF_SCALE_SPREADS, on their magnitudes); None when none is (the axis then fits them all)."""
     values = np.concatenate(
         [
-            np.concatenate([c.mean, c.mean + c.std])
+            np.concatenate([c.mean, c.mean - c.std, c.mean + c.std])
             for setting in curves.values()
             for c in setting.values()
         ]
     )
-    values = values[np.isfinite(values) & (values > 0)]
-    if not values.size:
+    values = values[np.isfinite(values)]
+    magnitudes = np.abs(values[values != 0])
+    if not magnitudes.size:
         return None
-    decades = np.log10(values)
+    decades = np.log10(magnitudes)
     low, high = np.percentile(decades, [25, 75])
-    kept = values[decades <= high + OFF_SCALE_SPREADS * max(high - low, 1.0)]
-    return None if kept.size == values.size else float(kept.max())
+    fence = 10 ** (high + OFF_SCALE_SPREADS * max(high - low, 1.0))
+    kept = values[np.abs(values) <= fence]
+    if kept.size == values.size or not kept.size:
+        return None
+    return float(kept.min()), float(kept.max())
 
 
-def _clip(row, curves, settings: list[str], algorithms: list[str], top: float) -> bool:
-    """Fix the row's y axis to end at `top` (with a margin) and mark each mean above it at the
+def _clip(row, curves, settings: list[str], algorithms: list[str], limits) -> bool:
+    """Fix the row's y axis to `limits` (with a margin) and mark each mean above them at the
     top, in its algorithm's colour; whether any was."""
-    low = min(
-        float(np.nanmin(c.mean - c.std))
-        for setting in curves.values()
-        for c in setting.values()
-        if not np.isnan(c.mean).all()
-    )
-    margin = 0.05 * (top - low) or 0.05 * abs(top) or 1.0
-    row[0].set_ylim(low - margin, top + margin)
+    low, high = limits
+    margin = 0.05 * (high - low) or 0.05 * abs(high) or 1.0
+    top = high + margin
+    row[0].set_ylim(low - margin, top)
     clipped = False
     for ax, setting in zip(row, settings, strict=True):
         for algorithm, curve in curves[setting].items():
@@ -262,7 +262,7 @@ def _clip(row, curves, settings: list[str], algorithms: list[str], top: float) -
                 clipped = True
                 ax.plot(
                     above + 1,
-                    np.full(above.size, top + margin),
+                    np.full(above.size, top),
                     linestyle="none",
                     marker=OFF_SCALE_MARKER,
                     color=f"C{algorithms.index(algorithm) % 10}",

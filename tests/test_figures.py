@@ -172,6 +172,22 @@ def test_one_diverged_value_is_drawn_at_the_top_without_flattening_the_rest():
     assert marker.get_color() == "C1" and not marker.get_clip_on()
 
 
+def test_a_one_round_spike_over_seeds_moves_neither_end_of_the_axis():
+    # tct_fmnist's scaffold: one seed at 1e29 in round 10, so its mean and ± std band there
+    spike = Curve(
+        np.r_[np.full(9, 0.5), 0.7e29, np.full(10, 0.5)],
+        np.r_[np.full(9, 0.1), 1e29, np.full(10, 0.1)],
+        3,
+    )
+    fig = curves_figure(
+        {"div": {"s": {"fedavg": _curve(np.linspace(0.2, 0.9, 20)), "scaffold": spike}}}
+    )
+    low, high = fig.axes[0].get_ylim()
+    assert 0.0 < low < 0.2 and 0.9 < high < 1.0
+    (marker,) = [line for line in fig.axes[0].lines if line.get_marker() == "^"]
+    assert list(marker.get_xdata()) == [10]
+
+
 def test_an_axis_without_an_outlier_fits_every_value():
     panels = {"div": {"s": {"a": _curve([1.0, 50.0]), "b": _curve([2.0, 3.0])}}}
     fig = curves_figure(panels)
