@@ -280,7 +280,7 @@ def test_a_choice_at_the_grids_edge_is_flagged_then_extended_reusing_the_stored_
     ]
     report = fedhet("report", spec, "--tuned", "--train", "--out", tmp_path / "r", store=store)
     assert report.rc == 0, report.stderr
-    section = report.stdout.split("## Tuning")[1].split("\n## ")[0]
+    section = (tmp_path / "r" / "edge.md").read_text().split("## Tuning")[1].split("\n## ")[0]
     assert f"- {flag}the grid" in section and "| lr=0.01 highest |" in section
     before = _train_keys(store)
 

@@ -171,17 +171,11 @@ def spec_show(path: SpecPath, overrides: OverridesArg = None, only: OnlyOpt = No
     import yaml
 
     from fedhet.core.spec import applicable_dump
-    from fedhet.data.datasets import load_data
-    from fedhet.models import build_model
 
     # plain print: rich would wrap long lines and break the YAML
     print(yaml.safe_dump(applicable_dump(spec), sort_keys=False))
-    try:
-        ds = load_data(spec.data, seed=spec.seed)
-    except InputError:
-        return
-    model = build_model(spec.model, ds.shape, ds.num_classes, spec.seed)
-    out.print(f"# model split points: {', '.join(model.split_points())}")
+    # known from the spec alone: no dataset loaded, no model built (and no torch imported)
+    out.print(f"# model split points: {', '.join(spec.model.split_points())}")
 
 
 @spec_app.command("hash", epilog=_example("fedhet spec hash specs/quickstart.yaml seed=1"))
@@ -360,7 +354,7 @@ def train(
     ray_at = ray_address or ("local" if ray else None)
     rows, failures = _train(runs, st, jobs, ray_at, retry_diverged)
     columns = [c for c in present(RESULT_COLUMNS, rows) if any(c.key in r for r in rows)]
-    show(out, rows, columns, fmt, title=path.stem)
+    show(out, rows, columns, fmt, title=spec.name)
     if len(failures) == 1:
         raise failures[0]
     if failures:
@@ -428,7 +422,7 @@ def plan(
     ]
     if fmt in (Format.csv, Format.json):
         columns = [*columns[:-1], Column("seconds_left", "seconds_left", "seconds")]
-    show(out, rows, columns, fmt, title=path.stem)
+    show(out, rows, columns, fmt, title=spec.name)
     if fmt in (Format.table, Format.markdown):
         out.print(summary)
 
@@ -514,10 +508,10 @@ def tune(
     outcome = run_tune(spec, section, st, Options(jobs), view, err)
     if trials:
         rows = trial_rows(outcome)
-        show(out, rows, present(TRIAL_COLUMNS, rows), fmt, title=f"{path.stem}: trials")
+        show(out, rows, present(TRIAL_COLUMNS, rows), fmt, title=f"{spec.name}: trials")
     else:
         rows = selection_rows(outcome)
-        show(out, rows, present(TUNE_COLUMNS, rows), fmt, title=f"{path.stem}: chosen")
+        show(out, rows, present(TUNE_COLUMNS, rows), fmt, title=f"{spec.name}: chosen")
     for note in edge_notes(outcome):
         err.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
 
@@ -570,7 +564,7 @@ def runs(
         if (algorithm is None or r["algorithm"] == algorithm)
         and (state is None or r["state"] == state)
     ]
-    show(out, rows, present(RUN_COLUMNS, rows), fmt, title=path.stem)
+    show(out, rows, present(RUN_COLUMNS, rows), fmt, title=spec.name)
 
 
 TrainOpt = Annotated[
@@ -754,10 +748,12 @@ def report(
         ),
     ] = False,
 ) -> None:
-    """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves."""
+    """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves
+    into a markdown file and PNG, SVG and PDF figures; prints the main table and where the rest
+    is."""
     spec, st = _load(path, data_root, overrides, only), ArtifactStore(store)
     from fedhet.reports.comparison import FLOOR_POINTS
-    from fedhet.reports.report import DEFAULT_FOLDER, write_report
+    from fedhet.reports.report import DEFAULT_FOLDER, summary, write_report
 
     minimum = units.fraction(FLOOR_POINTS if floor is None else floor)
     section = None
@@ -768,9 +764,8 @@ def report(
     if train and jobs is not None:  # in parallel first; a failed run is a row of the report
         _train(runs, st, jobs, None, retry_diverged=False)
     folder = DEFAULT_FOLDER if out_dir is None else out_dir
-    md, png = write_report(spec, runs, st, folder, err, train, baseline, minimum, section)
-    out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
-    out.print(f"wrote {md} and {png}")
+    md, _ = write_report(spec, runs, st, folder, err, train, baseline, minimum, section)
+    out.print(summary(md), markup=False, highlight=False, soft_wrap=True)
 
 
 def _tuned_runs(
