@@ -1,44 +1,43 @@
 """The files of a sealed group (fedhet.core.store.seal) as zarr reads them, each member's metadata
 checked as it is read: a member recorded when the group was sealed must be there, and its
-metadata unchanged. Every read of an artifact or a checkpoint goes through it
-(fedhet.core.store.open_sealed), so a missing or edited `zarr.json` of any array or group is a
-DamagedArtifactError naming it wherever it is read, and never a member silently left out."""
+metadata unchanged, else the error `damaged` makes. Every read of an artifact or a checkpoint
+goes through it (fedhet.core.store.open_sealed), so a missing or edited `zarr.json` of any array
+or group is a DamagedArtifactError naming it wherever it is read, never a member left out."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from zarr.abc.store import ByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, WrapperStore
 
-from fedhet.core.store import DamagedMember
-
 METADATA = "zarr.json"
 
 
+# what to raise for a damaged member: (member path, why) -> the error
+Damaged = Callable[[str, str], Exception]
+
+
 class CheckedStore(WrapperStore[LocalStore]):
-    def __init__(self, store: LocalStore, recorded: dict[str, str | None]):
+    def __init__(self, store: LocalStore, recorded: dict[str, str | None], damaged: Damaged):
         """`recorded`: member path -> the sha256 of its metadata, or None where only its
         presence is known (a group sealed before metadata checksums: the arrays it lists)."""
         super().__init__(store)
-        self.recorded = recorded
+        self.recorded, self._damaged = recorded, damaged
         self.children: dict[str, set[str]] = {}
         for member in recorded:
             parent, _, name = member.rpartition("/")
             self.children.setdefault(parent, set()).add(name)
 
     def _with_store(self, store: LocalStore) -> CheckedStore:
-        return type(self)(store, self.recorded)
+        return type(self)(store, self.recorded, self._damaged)
 
     @property
     def root(self) -> Path:
         return self._store.root
-
-    def _damaged(self, member: str, why: str) -> DamagedMember:
-        return DamagedMember(Path(self.root), member, why)
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -198,7 +199,8 @@ def open_sealed(folder: Path) -> zarr.Group:
         recorded = attrs.get(METADATA_CHECKSUMS)
         if recorded is None:  # sealed before metadata checksums: its arrays must be there
             recorded = dict.fromkeys(attrs.get(CHECKSUMS, {}))
-        store = CheckedStore(LocalStore(folder, read_only=True), recorded)
+        damaged = partial(DamagedMember, folder)
+        store = CheckedStore(LocalStore(folder, read_only=True), recorded, damaged)
         group = zarr.open_group(store=store, mode="r")
     except OSError:
         raise
