@@ -912,7 +912,7 @@ def artifacts_verify(
         status = "ok" if not problems else "CORRUPT: " + "; ".join(problems)
         if not problems and ATTRIBUTES_CHECKSUM not in info.attrs:
             status += " (no attribute checksum: an older artifact)"
-        out.print(f"{info.stage}/{info.key[:12]}: {status}")
+        out.print(f"{info.stage}/{info.key[:12]}: {status}", markup=False, soft_wrap=True)
         bad += bool(problems)
     if bad:
         raise FedhetError(f"{bad} corrupt artifact{'s' if bad > 1 else ''}")

@@ -186,6 +186,18 @@ def check_attributes(folder: Path, attrs: dict[str, Any]) -> dict[str, Any]:
     return attrs
 
 
+@contextmanager
+def parsing(folder: Path) -> Iterator[None]:
+    """Around reading the metadata of the group in `folder`: what does not parse, whatever json
+    or zarr raised on it, is a DamagedMember."""
+    try:
+        yield
+    except (OSError, DamagedArtifactError):
+        raise
+    except Exception:
+        raise DamagedMember(folder, "zarr.json", "unreadable metadata") from None
+
+
 def open_sealed(folder: Path) -> zarr.Group:
     """The stored group in `folder`, read-only, its attributes checked; reading a member then
     checks the member's metadata against the checksum recorded when it was sealed."""
@@ -194,18 +206,16 @@ def open_sealed(folder: Path) -> zarr.Group:
 
     from fedhet.core.checked_store import CheckedStore
 
-    try:
+    with parsing(folder):
         attrs = _stored_attributes(folder)
-        recorded = attrs.get(METADATA_CHECKSUMS)
-        if recorded is None:  # sealed before metadata checksums: its arrays must be there
-            recorded = dict.fromkeys(attrs.get(CHECKSUMS, {}))
-        damaged = partial(DamagedMember, folder)
-        store = CheckedStore(LocalStore(folder, read_only=True), recorded, damaged)
-        group = zarr.open_group(store=store, mode="r")
-    except OSError:
-        raise
-    except Exception:  # metadata that does not parse, whatever zarr or json raised on it
-        raise DamagedMember(folder, "zarr.json", "unreadable metadata") from None
+    recorded = attrs.get(METADATA_CHECKSUMS)
+    if recorded is None:  # sealed before metadata checksums: its arrays must be there
+        recorded = dict.fromkeys(attrs.get(CHECKSUMS, {}))
+    files = LocalStore(folder, read_only=True)
+    with parsing(folder):
+        group = zarr.open_group(
+            store=CheckedStore(files, recorded, partial(DamagedMember, folder)), mode="r"
+        )
     check_attributes(folder, attrs)
     return group
 
@@ -337,12 +347,8 @@ class ArtifactStore:
         DamagedArtifactError when its metadata does not parse."""
         if not self.exists(stage, key):
             raise InputError(f"no {stage} artifact {key[:12]} in {self.root}")
-        try:
+        with parsing(self.path(stage, key)):
             yield
-        except (OSError, DamagedArtifactError):
-            raise
-        except Exception:  # metadata that does not parse, whatever zarr or json raised on it
-            raise damaged(stage, key, "zarr.json", "unreadable metadata") from None
 
     def info(self, stage: str, key: str) -> ArtifactInfo:
         return ArtifactInfo(stage, key, self.path(stage, key), self.attrs(stage, key))
