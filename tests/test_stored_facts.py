@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,8 @@ from rich.console import Console
 from test_checksums import StopAfter
 
 from fedhet.api import load
-from fedhet.core.errors import DamagedArtifactError
+from fedhet.core import divergence
+from fedhet.core.errors import DamagedArtifactError, DivergedError
 from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.spec import load_spec
 from fedhet.core.store import ATTRIBUTES_CHECKSUM, METADATA_CHECKSUMS, ArtifactStore, arrays
@@ -329,3 +331,21 @@ def test_damaged_metadata_of_an_older_artifact_is_one_line_too(
     with pytest.raises(DamagedArtifactError) as raised:
         load(stored.spec, store=store).metrics()
     assert f"error: {raised.value}" == line
+
+
+def test_a_changed_divergence_record_is_found_and_an_older_one_reads_as_before(tmp_path: Path):
+    partial = tmp_path / "train" / f"{'ab' * 32}.partial"
+    divergence.record(partial, DivergedError("diverged", 3, {"test_accuracy": [0.5, math.nan]}))
+    assert divergence.recorded(partial).metrics["test_accuracy"][0] == 0.5
+    marker = partial / divergence.MARKER
+    content = json.loads(marker.read_text())
+    content["metrics"]["test_accuracy"][0] = 0.625
+    marker.write_text(json.dumps(content))
+    with pytest.raises(DamagedArtifactError) as raised:
+        divergence.recorded(partial)
+    assert f"error: {raised.value}" == damage_line(
+        "train", "ab" * 32, "diverged.json", "checksum mismatch"
+    )
+    del content[divergence.CHECKSUM]  # as recorded before the checksum
+    marker.write_text(json.dumps(content))
+    assert divergence.recorded(partial).metrics["test_accuracy"][0] == 0.625

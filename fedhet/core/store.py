@@ -28,7 +28,7 @@ import numpy as np
 
 from fedhet import __version__
 from fedhet.core import provenance
-from fedhet.core.errors import DamagedArtifactError, InputError
+from fedhet.core.errors import DamagedArtifactError, FedhetError, InputError
 from fedhet.process import interrupts, lockfile
 
 if TYPE_CHECKING:  # imported where an array is read or written: zarr takes 0.15 s to import
@@ -106,7 +106,7 @@ def damage_in(error: BaseException) -> DamagedMember | None:
     array = damaged_array(error)
     if array is not None:
         return DamagedMember(Path(array.store.root), array.path, "checksum mismatch")
-    if isinstance(error, OSError | MemoryError) or "zarr" not in sys.modules:
+    if isinstance(error, FedhetError | OSError | MemoryError) or not _raised_in_zarr(error):
         return None
     from fedhet.core.checked_store import CheckedStore
 
@@ -116,6 +116,13 @@ def damage_in(error: BaseException) -> DamagedMember | None:
         if problems:
             return DamagedMember(folder, *problems[0])
     return None
+
+
+def _raised_in_zarr(error: BaseException) -> bool:
+    """Whether zarr's code was running when `error` was raised (told without touching the
+    frames' locals, which a diverged stage's error must not keep alive)."""
+    files = (frame.f_code.co_filename for frame, _ in traceback.walk_tb(error.__traceback__))
+    return any(f"{os.sep}zarr{os.sep}" in name for name in files)
 
 
 def _zarr_nodes() -> tuple[type, ...]:
@@ -148,12 +155,16 @@ ATTRIBUTES_CHECKSUM = "attributes_checksum"  # sha256 of the other attributes, e
 INTEGRITY = (CHECKSUMS, METADATA_CHECKSUMS, ATTRIBUTES_CHECKSUM)
 
 
-def attributes_checksum(attrs: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON (sorted keys, no whitespace, floats as Python writes them)
-    of `attrs` less their own checksum."""
-    facts = {name: value for name, value in attrs.items() if name != ATTRIBUTES_CHECKSUM}
-    text = json.dumps(facts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+def json_checksum(value: Any) -> str:
+    """sha256 of the canonical JSON of `value`: sorted keys, no whitespace, floats as Python
+    writes them (so the same after a JSON round trip)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def attributes_checksum(attrs: dict[str, Any]) -> str:
+    """The `json_checksum` of `attrs` less their own checksum."""
+    return json_checksum({name: v for name, v in attrs.items() if name != ATTRIBUTES_CHECKSUM})
 
 
 def metadata_checksums(folder: Path) -> dict[str, str]:
