@@ -103,14 +103,17 @@ def validate_section(
     """The spec's `section` block validated by the config class that its `tag` (default
     `default`) chooses among `configs`, errors located under `section`; a value that is not a
     mapping is left for pydantic to refuse. What a plug-in's code raises besides a validation
-    error (a validator, or a dataset's `describe()`, that fails) is a PluginError naming it."""
+    error (a validator, or a dataset's `describe()`, that fails) is an error of the block naming
+    the plug-in; a name whose plug-in failed to load is refused with the reason."""
     if not isinstance(value, dict):
         return value
     name = value.get(tag, default)
-    loaded = _loaded.get(next(g for g, (t, _) in _GROUPS.items() if t == tag), _Loaded())
+    group = next(g for g, (t, _) in _GROUPS.items() if t == tag)
+    loaded = _loaded.get(group, _Loaded())  # of the `found` that gave `configs`
     if not isinstance(name, str) or name not in configs:
         choices = ", ".join(sorted(configs))
-        message = loaded.failures.get(name) or f"unknown value; choose one of {choices}"
+        unloaded = loaded.failures.get(name) if isinstance(name, str) else None  # it failed
+        message = unloaded or f"unknown value; choose one of {choices}"
         raise _error([{"type": "spec", "loc": (tag,), "msg": message, "input": name}], section)
     plugins = [p for p in [loaded.plugins.get(name)] if p is not None and not p.builtin]
     try:

@@ -216,7 +216,8 @@ def configs() -> dict[str, type[AlgorithmSpec]]:
 
 def validated(name: str, value: dict[str, Any]) -> AlgorithmSpec:
     """The config of algorithm `name` validated from `value` (its spec block); what a plug-in's
-    code raises besides a validation error (a validator that fails) is a PluginError naming it."""
+    code raises besides a validation error (a validator that fails) is a validation error of the
+    block naming the plug-in."""
     reg = _load()
     owners = [reg.algorithm_plugins[name]]
     owners += [plugin for f, plugin in reg.objective_plugins.items() if f in value]
