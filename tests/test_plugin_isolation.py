@@ -225,6 +225,19 @@ def test_stages_that_cannot_be_imported_stop_only_the_runs_that_need_them(
     assert len(list((store / "train").glob("*.zarr"))) == 1  # nothing of it stored
 
 
+@pytest.mark.slow
+def test_worker_processes_do_not_repeat_the_warning(
+    fedhet: CliRunner, sites: dict[str, Path], tmp_path: Path
+):
+    spec = write_spec(tmp_path / "two.yaml", {**TINY_SPEC, "matrix": {"seed": [0, 1]}})
+    env = env_with(tmp_path / "store", sites["exits"])
+    trained = fedhet("train", spec, "--jobs", "2", env=env)
+    assert trained.rc == 0, trained.stderr
+    assert_warned(trained, "exits", True)  # the command's, none of its workers'
+    assert named("exits") not in trained.stderr
+    assert len(list((tmp_path / "store" / "train").glob("*.zarr"))) == 2
+
+
 API = """
 import sys, fedhet
 from fedhet.core.errors import InputError

@@ -93,6 +93,11 @@ def warn(failure: PluginError, consequence: str) -> None:
     log.warning(f"{failure}; {consequence}")
 
 
+def warned_by_parent() -> None:
+    """In a worker process of a command: the command has warned of the plug-ins that failed."""
+    log.setLevel(logging.ERROR)
+
+
 def attempt(
     plugins: Sequence[Plugin],
     doing: str,
