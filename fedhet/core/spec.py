@@ -414,6 +414,9 @@ def _located_error(loc: tuple[str, ...], message: str, value: Any) -> Validation
 
 
 def _not_an_algorithm(name: Any, configs: dict[str, type[AlgorithmSpec]]) -> str:
+    unloaded = registry.unloaded(name)  # a method plug-in of that name that failed to load
+    if unloaded:
+        return unloaded
     if name in registry.objective_fields():  # a wrapper goes on a base algorithm
         bases = [n for n, config in configs.items() if name in config.model_fields]
         base = "fedavg" if "fedavg" in bases else bases[0]
@@ -435,7 +438,7 @@ def _validate_algorithm(value: Any) -> AlgorithmSpec:
     if not isinstance(name, str) or name not in configs:
         raise _located_error(("algorithm", "name"), _not_an_algorithm(name, configs), name)
     try:
-        return configs[name].model_validate(value)
+        return registry.validated(name, value)
     except ValidationError as err:
         located = [
             {"type": e["type"], "loc": ("algorithm", *e["loc"]), "input": e["input"]}
