@@ -300,6 +300,18 @@ def test_perfedavg_round_takes_fo_steps_on_pairs_of_the_clients_batches(tmp_path
         assert result.stats.steps == 3
 
 
+def test_a_client_never_sampled_is_scored_with_its_model_before_training(tmp_path):
+    """Ditto: the initial model; APFL: alpha times it plus (1 - alpha) times the global model
+    (pFedMe's and Per-FedAvg's are checked above)."""
+    ditto, state = run(tmp_path, {"name": "ditto"}, rounds=1)
+    initial = ditto.algorithm.initial_model
+    assert equal(ditto.algorithm.evaluation_states(state.global_state, {7: {}})[0], initial)
+    apfl, state = run(tmp_path, {"name": "apfl", "alpha": 0.25}, rounds=1)
+    (never,) = apfl.algorithm.evaluation_states(state.global_state, {7: {}})
+    for name, value in state.global_state.items():
+        torch.testing.assert_close(never[name], 0.25 * initial[name] + 0.75 * value)
+
+
 # --- resume, CLI -------------------------------------------------------------------------------
 
 
