@@ -21,9 +21,12 @@ Where fedhet differs, and why:
 - Both steps use the federation's local SGD (`federation.momentum`, reset every round, and
   `federation.weight_decay`), as every fedhet method; the official code's steps are plain SGD
   (momentum 0, no weight decay: fedhet's defaults). `personal_lr` gives v_k a step size of its
-  own (decayed as federation.lr), as PFLlib's Ditto does; by default it is the round's lr, as
-  in the official code. The official `dynamic_lam` (lambda picked per step on validation data)
+  own (decayed as federation.lr; the limit below needs it); by default it is the round's lr,
+  as in the official code. The official `dynamic_lam` (lambda picked per step on validation data)
   and its robustness experiments (corrupted clients, robust aggregators) are not offered.
+- The global model is FedAvg's: clients drawn uniformly, their models averaged weighted by
+  size. The official server can draw clients in proportion to their sizes (`sampling` 2) and
+  averages their updates uniformly: an unbiased estimate of the same size-weighted average.
 - The paper's Algorithm 1 runs s personal steps per round, a count of their own; the official
   code runs one per local iteration (s = the local steps), which fedhet follows.
 - lambda -> infinity pulls v_k onto the round's global model: with personal_lr * lambda = 1 each

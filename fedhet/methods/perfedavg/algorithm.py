@@ -9,23 +9,23 @@ local step of client i, from w, on independent batches D, D', D'':
     hf: w <- w - beta (I - alpha H_i(w; D'')) grad f_i(w~; D')
         with H d = [grad f_i(w + delta d; D'') - grad f_i(w - delta d; D'')] / (2 delta)
 
-(the Hessian-free variant's finite-difference Hessian-vector product, the paper's Eq. 10); the
+(the Hessian-free variant's finite-difference Hessian-vector product); the
 server averages as FedAvg. Client i's model is the global model adapted by one step of size
 alpha on its data, and that is what it is evaluated with.
 
 There is no official code. The pFedMe repository's Per-FedAvg (CharlieDinh/pFedMe,
-FLAlgorithms/users/userperavg.py) and PFLlib's (clientperavg.py) run the fo variant as above,
-two batches per local step, and evaluate after one adaptation step; PFLlib also has hf with a
-third batch. fedhet's choices, and why:
+FLAlgorithms/users/userperavg.py), the baseline of pFedMe's paper, runs the fo variant as above
+(two batches per local step, the parameters restored before the outer step), with alpha = its
+learning_rate (0.005 on MNIST) and beta = its beta (0.001). fedhet's choices, and why:
 - beta is the round's lr (federation.lr and its schedule) and the outer step is the federation's
   local SGD (momentum reset each round, weight decay; both 0 by default, as the paper's plain
   steps); alpha is `algorithm.alpha`. A local step draws 2 (fo) or 3 (hf) batches of the
   client's seeded schedule, so `federation.local_steps` counts meta-steps.
-- The evaluation's adaptation step uses one batch of the client's training data (of
-  federation.batch_size, drawn from the spec's seed and the client's id: the same batch at
-  every evaluation, in training and in `fedhet eval`), plain SGD with step size alpha. The
-  pFedMe repository's `train_one_step` takes its batches from the client's test data, which
-  fedhet never trains on.
+- The evaluation's adaptation is the paper's: one SGD step of size alpha on one batch of the
+  client's training data (of federation.batch_size, drawn from the spec's seed and the client's
+  id: the same batch at every evaluation, in training and in `fedhet eval`). The pFedMe
+  repository's `train_one_step` takes two steps (alpha, then beta) on batches of the client's
+  test data, which fedhet never trains on.
 - BatchNorm statistics are updated by every forward pass of a step (the hf variant's included).
 
 Clients keep no state across rounds; a client never sampled is evaluated the same way.

@@ -13,8 +13,10 @@ is FedAvg's averaging. Each client is evaluated with its personalized theta.
 
 The official code (CharlieDinh/pFedMe: FLAlgorithms/users/userpFedMe.py, pFedMeOptimizer,
 servers/serverbase.py `persionalized_aggregate_parameters`) does the same, the K inner steps on
-one batch, theta kept in the model the inner optimizer steps; its defaults for MNIST are fedhet's:
-lambda 15, K 5, personal_learning_rate 0.09, beta 1 (lr 0.005 is the spec's federation.lr).
+one batch, theta kept in the model the inner optimizer steps. fedhet's defaults are its main.py's
+(the README's MNIST DNN run): lambda 15, K 5, personal_learning_rate 0.09, beta 1, and its
+learning_rate 0.005 is the spec's federation.lr (its README also runs beta 2, and
+personal_learning_rate 0.1 for MNIST logistic regression).
 
 Where fedhet differs, and why:
 - The official server trains every client each round and aggregates a sampled subset; fedhet
