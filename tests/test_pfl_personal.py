@@ -27,7 +27,7 @@ from torch import nn
 
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import Spec, load_spec, parse_spec
-from fedhet.core.store import ArtifactStore
+from fedhet.core.store import ArtifactStore, arrays
 from fedhet.engine import tensors
 from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Engine, evaluate
@@ -331,6 +331,26 @@ def test_a_resumed_run_equals_a_straight_one(tmp_path, algorithm):
     for cid, kept in straight.client_states.items():
         assert equal(kept, resumed.client_states[cid]), cid
     assert straight.metrics["test_accuracy"] == resumed.metrics["test_accuracy"]
+
+
+def test_more_rounds_extend_a_stored_ditto_run_to_the_run_from_scratch(fedhet, tmp_path):
+    raw = SPEC | {
+        "algorithm": {"name": "ditto", "lam": 0.5},
+        "federation": SPEC["federation"] | {"clients_per_round": 2},
+    }
+    spec, extended, scratch = write_spec(tmp_path / "d.yaml", raw), tmp_path / "e", tmp_path / "s"
+    assert fedhet("train", spec, "--store", extended).rc == 0
+    longer = fedhet("train", spec, "federation.rounds=3", "--store", extended)
+    assert longer.rc == 0 and "extends" in longer.stderr, longer.stderr
+    assert fedhet("train", spec, "federation.rounds=3", "--store", scratch).rc == 0
+    (run,) = runs_of(load_spec(spec, overrides=["federation.rounds=3"]))
+    ours = ArtifactStore(extended).open("train", run.node.key)
+    reference = dict(arrays(ArtifactStore(scratch).open("train", run.node.key)))
+    found = dict(arrays(ours))
+    assert found.keys() == reference.keys() and "model/clients/ids" in found
+    for name, values in reference.items():
+        if not name.endswith("wall_time"):
+            assert found[name][...].tobytes() == values[...].tobytes(), name
 
 
 NAMES = ["ditto", "pfedme", "apfl", "perfedavg"]
