@@ -23,6 +23,8 @@ METHODS = [
     {"name": "local"},
     {"name": "feddyn"},
     {"name": "scaffold"},
+    {"name": "fedrep", "head_epochs": 0.2},
+    {"name": "fedrod"},
 ]
 
 

@@ -63,8 +63,8 @@ def balanced_softmax_loss(
 
 
 def log_prior(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """log(n_c / n) of a client's labels (-inf for a class it does not hold)."""
-    counts = torch.bincount(labels, minlength=num_classes).to(torch.get_default_dtype())
+    """log(n_c / n) of a client's labels in float64 (-inf for a class it does not hold)."""
+    counts = torch.bincount(labels, minlength=num_classes).double()
     return torch.log(counts / counts.sum())
 
 
@@ -76,7 +76,7 @@ class FedRoD(PartlyLocal):
         return ["personal"]
 
     def client_context(self, job: ClientJob) -> torch.Tensor:
-        return log_prior(job.client.y, self.setup.dataset.num_classes)
+        return log_prior(job.client.y, self.setup.dataset.num_classes).float()
 
     def local_loss(self, job: ClientJob, model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         generic, personal = model.both_logits(x)
