@@ -30,11 +30,19 @@ from conftest import write_spec
 
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import parse_spec
+from fedhet.core.store import ArtifactStore
+from fedhet.data.client_test import draw_client_tests
+from fedhet.data.datasets import load_dataset
+from fedhet.data.partition import make_partition
 from fedhet.engine import tensors
 from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Engine
+from fedhet.engine.run_format import read_client_states
 from fedhet.engine.schedule import round_lr
+from fedhet.execution.planning import runs_of
+from fedhet.execution.results import execute
 from fedhet.metrics.accuracy import client_spread
+from fedhet.reports.evaluation import evaluate_run
 
 torch.set_num_threads(1)
 SPEC = {
@@ -244,6 +252,52 @@ def test_fedrod_losses_train_their_own_heads(tmp_path):
         assert torch.allclose(both[name], grad, atol=1e-7), name
     assert not torch.equal(both["personal.weight"], torch.zeros_like(both["personal.weight"]))
     assert equal(state.global_state, trainer.build_model().state_dict(), ["personal.weight"])
+
+
+# --- state and evaluation --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", METHODS[:3] + METHODS[4:5], ids=lambda a: a["name"])
+def test_a_resumed_run_ends_as_the_run_that_never_stopped(algorithm, tmp_path):
+    """The clients' own layers are part of the checkpoint: resuming after round 2 of 3 ends with
+    the same global model and the same clients' layers, bit for bit."""
+    sections = {"federation": {"rounds": 3, "clients_per_round": 2}}
+    whole = engine(algorithm, tmp_path, runtime={"checkpoint_every": 1}, **sections).run()
+    again = engine(algorithm, tmp_path, runtime={"checkpoint_every": 1}, **sections)
+    start = again.initial_state()
+    assert start.round == 2 and start.client_states
+    resumed = again.run(start)
+    assert equal(resumed.global_state, whole.global_state)
+    assert set(resumed.client_states) == set(whole.client_states)
+    for cid, own in whole.client_states.items():
+        assert equal(resumed.client_states[cid], own), cid
+
+
+def test_a_never_sampled_client_is_scored_with_the_generic_model(tmp_path):
+    """FedRoD with one client a round for two rounds: the clients never sampled are scored, on
+    their own test sets, with the generic model (their personalized head is still zero)."""
+    federation = SPEC["federation"] | {"clients_per_round": 1}
+    eval_section = {"client_test": {"per_client": 40}}
+    data = SPEC | {"algorithm": {"name": "fedrod"}, "federation": federation, "eval": eval_section}
+    spec = parse_spec(data)
+    (run,) = runs_of(spec)
+    store = ArtifactStore(tmp_path / "store")
+    group = execute(run, store)
+    report = evaluate_run(run, group, store)
+    never = sorted(set(range(4)) - set(read_client_states(group["model"])))
+    assert never  # at most two of the four clients trained
+    final = tensors.load(group["model"], "final", "cpu")
+    generic = Engine.from_spec(spec, tmp_path / "e").algorithm.build_model().net
+    net = {n.removeprefix("net."): v for n, v in final.items() if n.startswith("net.")}
+    generic.load_state_dict(net)
+    digits = load_dataset("digits")
+    part = make_partition(spec.partition, digits.train_y.numpy(), 10, spec.seed)
+    tests = draw_client_tests(part.histogram, digits.test_y.numpy(), 40, spec.seed)
+    for cid in never:
+        with torch.no_grad():
+            predicted = generic(digits.test_x[tests[cid]]).argmax(1)
+        expected = float((predicted == digits.test_y[tests[cid]]).double().mean())
+        assert report["client_test"][cid] == pytest.approx(expected, abs=1e-12), cid
 
 
 # --- the spread over clients ------------------------------------------------------------------
