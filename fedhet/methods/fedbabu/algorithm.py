@@ -2,10 +2,12 @@
 2022).
 
 During federated training only the body is trained and averaged ("body aggregation, body
-update"): the head keeps its random initialization on every client (the official code,
-jhoon-oh/FedBABU, trains with a head learning rate of 0). For evaluation each client fine-tunes
-the global model on its own training data; the paper fine-tunes the whole model for tau_f
-epochs and also reports fine-tuning the head alone.
+update"): the head keeps its random initialization on every client. For evaluation each client
+fine-tunes the global model on its own training data; the paper fine-tunes the whole model for
+tau_f epochs and also reports fine-tuning the head alone. The official code (jhoon-oh/FedBABU)
+was not in the index read for this; PFLlib (TsingZ0/PFLlib, clientbabu.py) does the same with
+the head's parameters excluded from training (`requires_grad = False`) and, after the last
+round, `fine_tuning_epochs` epochs of body and head (the default) or either.
 
 Here:
 - The head is the model's seeded initial head (`head.*`): the same on every client without
@@ -16,10 +18,11 @@ Here:
 - Fine-tuning is `finetune_steps` steps (not epochs: a step count is the same work for every
   client) of the clients' local SGD at `finetune_lr` (default `federation.lr`), of the whole
   model (`finetune: full`, the paper's) or the head (`finetune: head`), on batches drawn from the
-  client's own generator (fedhet.plugin.fine_tune). It happens at every evaluation, during
-  training (the round's test accuracy is the mean over the clients that have trained of their
-  fine-tuned models' accuracy) and in `fedhet eval`, where every client with samples is
-  fine-tuned, those never sampled included. With 0 steps each client's model is the global one.
+  client's own generator (fedhet.plugin.fine_tune), always from the global model (nothing a
+  client fine-tunes is kept). It happens at every evaluation: during training (the round's test
+  accuracy is the mean over the clients that have trained of their fine-tuned models' accuracy)
+  and in `fedhet eval`, where every client with samples is fine-tuned, those never sampled
+  included. With 0 steps each client's model is the global one.
 """
 
 from __future__ import annotations
