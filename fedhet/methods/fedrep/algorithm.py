@@ -9,11 +9,12 @@ optimizer whose frozen parameters get no gradient; the head is the last linear l
 
 Here the body's part is the round's local work as the federation states it (`local_epochs` or
 `local_steps`, 1 epoch by default, the official `local_rep_ep`) and the head's part is
-`head_epochs` epochs of the client's samples (ceil(head_epochs * n / batch_size) steps, 9 by
-default), both with the clients' local SGD and one stream of seeded batches (the head's steps
+`head_epochs` epochs (9 by default) of the client's samples (ceil(head_epochs * n / batch_size)
+steps), both with the clients' local SGD and one stream of seeded batches (the head's steps
 draw first). `personal_layers` counts the head from the output
-(`fedhet.plugin.parameter_layers`). The server averages the body weighted by the clients' sizes
-(the official code's `lens` weights); a client that has never trained holds the initial head.
+(`fedhet.plugin.parameter_layers`). The server averages the body weighted by the clients' sizes,
+as FedAvg does in fedhet (the official code weighs each client's body by its entry of `lens`);
+a client that has never trained holds the initial head.
 Evaluation is personalized: the global body under each client's own head.
 """
 
