@@ -23,9 +23,9 @@ Describing a method (light: validating and planning a spec import no torch)
         The validated spec a config plans from.
     ModelChoice
         "final" | "best": which stored model a score is of.
-    data_shape, norm_kinds, parameter_layers
-        A spec's input shape, the kinds of normalization layer its model has, and its layers
-        that hold parameters (for checks).
+    data_shape, norm_kinds, parameter_layers, layer_split_problem
+        A spec's input shape, the kinds of normalization layer its model has, its layers that
+        hold parameters, and why its last k layers cannot be split from the rest (for checks).
 
 Training: the trainer and its one client step
     Trainer
@@ -111,7 +111,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from fedhet.core.architectures import norm_kinds, parameter_layers
+from fedhet.core.architectures import layer_split_problem, norm_kinds, parameter_layers
 from fedhet.core.errors import DivergedError, InputError, RunError
 from fedhet.core.pipeline import RunContext, StageNode, ensure, stage
 from fedhet.core.registry import Method, ObjectiveEntry
@@ -202,6 +202,7 @@ __all__ = [
     "derive_seed",
     "ensure",
     "expand",
+    "layer_split_problem",
     "norm_kinds",
     "parameter_layers",
     "parse_run",

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from conftest import write_spec
 
+from fedhet.core.architectures import parameter_layers
 from fedhet.core.rng import torch_generator
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
@@ -42,6 +43,7 @@ from fedhet.engine.schedule import round_lr
 from fedhet.execution.planning import runs_of
 from fedhet.execution.results import execute
 from fedhet.metrics.accuracy import client_spread
+from fedhet.models import build_model
 from fedhet.reports.evaluation import evaluate_run
 
 torch.set_num_threads(1)
@@ -81,6 +83,31 @@ def trained(algorithm: dict, folder, **sections):
 
 def equal(a: dict, b: dict, names=None) -> bool:
     return all(torch.equal(a[n], b[n]) for n in names or a)
+
+
+# --- the layers personal layers are counted in -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "layers"),
+    [
+        ({"arch": "mlp", "hidden": []}, ["head"]),
+        ({"arch": "mlp", "hidden": [16, 8]}, ["features.hidden1", "features.hidden2", "head"]),
+        ({"arch": "simple_cnn"}, ["features.conv1", "features.conv2", "features.fc1", "head"]),
+        (
+            {"arch": "resnet20", "width": 4},
+            ["features.stem", "features.layer1", "features.layer2", "features.layer3", "head"],
+        ),
+    ],
+)
+def test_parameter_layers_partition_the_models_parameters(model, layers):
+    """Every parameter of the built model belongs to exactly one of the described layers."""
+    spec = parse_spec(SPEC | {"model": model})
+    assert parameter_layers(spec.model) == layers
+    names = [n for n, _ in build_model(spec.model, (1, 8, 8), 10, 0).named_parameters()]
+    for name in names:
+        assert sum(name.startswith(f"{layer}.") for layer in layers) == 1, name
+    assert all(any(n.startswith(f"{layer}.") for n in names) for layer in layers)
 
 
 # --- fedper and lgfedavg ----------------------------------------------------------------------
@@ -343,18 +370,20 @@ def test_each_method_validates_trains_and_scores_every_client_on_its_own_test_se
 
 
 @pytest.mark.parametrize(
-    ("algorithm", "field"),
+    ("algorithm", "hidden", "says"),
     [
-        ({"name": "fedper", "personal_layers": 2}, "algorithm.personal_layers"),
-        ({"name": "fedrep", "personal_layers": 2}, "algorithm.personal_layers"),
-        ({"name": "lgfedavg", "global_layers": 2}, "algorithm.global_layers"),
-        ({"name": "fedbabu", "finetune": "body"}, "algorithm.finetune"),
-        ({"name": "finetune", "finetune_steps": -1}, "algorithm.finetune_steps"),
+        ({"name": "fedper", "personal_layers": 2}, [16], "algorithm.personal_layers: 2"),
+        ({"name": "fedrep", "personal_layers": 2}, [16], "algorithm.personal_layers: 2"),
+        ({"name": "lgfedavg", "global_layers": 2}, [16], "algorithm.global_layers: 2"),
+        ({"name": "lgfedavg"}, [], "give it hidden layers"),  # logistic regression: one layer
+        ({"name": "fedbabu", "finetune": "body"}, [16], "algorithm.finetune"),
+        ({"name": "finetune", "finetune_steps": -1}, [16], "algorithm.finetune_steps"),
     ],
 )
-def test_a_bad_option_is_refused_in_one_line_naming_it(fedhet, tmp_path, algorithm, field):
-    spec = write_spec(tmp_path / "bad.yaml", SPEC | {"algorithm": algorithm})
+def test_a_bad_option_is_refused_in_one_line_naming_it(fedhet, tmp_path, algorithm, hidden, says):
+    model = {"arch": "mlp", "hidden": hidden}
+    spec = write_spec(tmp_path / "bad.yaml", SPEC | {"algorithm": algorithm, "model": model})
     result = fedhet("spec", "validate", spec)
     assert result.rc == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-    assert field in result.stderr
+    assert says in result.stderr

@@ -310,3 +310,20 @@ def parameter_layers(model: ModelFields) -> list[str]:
     stages = describe(model, *_ANY_INPUT).stages
     held = [s.name for s in stages if any(layer.parameters for layer in s.layers)]
     return [*(f"features.{name}" for name in held), "head"]
+
+
+def layer_split_problem(model: ModelFields, count: int) -> str | None:
+    """Why the last `count` of the model's `parameter_layers` cannot be split from the layers
+    below them (at least one must stay below), or None."""
+    layers = parameter_layers(model)
+    if count < len(layers):
+        return None
+    if len(layers) == 1:
+        return (
+            "leaves no other layer: the model's only layer with parameters is its head; "
+            "give it hidden layers"
+        )
+    return (
+        f"leaves no other layer of the model's {len(layers)} ({', '.join(layers)}); "
+        f"choose at most {len(layers) - 1}"
+    )

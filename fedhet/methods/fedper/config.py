@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_LAYERS, InputError, MethodConfig, parameter_layers
+from fedhet.plugin import MAX_LAYERS, InputError, MethodConfig, layer_split_problem
 
 
 class FedPerConfig(MethodConfig):
@@ -23,12 +23,9 @@ class FedPerConfig(MethodConfig):
 
     def check(self, spec) -> None:
         super().check(spec)
-        layers = len(parameter_layers(spec.model))
-        if self.personal_layers >= layers:
-            raise InputError(
-                f"algorithm.personal_layers: {self.personal_layers} leaves nothing of the "
-                f"{layers}-layer model to federate; choose 0 to {layers - 1}"
-            )
+        problem = layer_split_problem(spec.model, self.personal_layers)
+        if problem:
+            raise InputError(f"algorithm.personal_layers: {self.personal_layers} {problem}")
 
     def base_label(self) -> str:
         return f"FedPer ({self.personal_layers} personal)"

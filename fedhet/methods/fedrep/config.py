@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_LAYERS, InputError, MethodConfig, parameter_layers
+from fedhet.plugin import MAX_LAYERS, InputError, MethodConfig, layer_split_problem
 
 
 class FedRepConfig(MethodConfig):
@@ -30,12 +30,9 @@ class FedRepConfig(MethodConfig):
 
     def check(self, spec) -> None:
         super().check(spec)
-        layers = len(parameter_layers(spec.model))
-        if self.personal_layers >= layers:
-            raise InputError(
-                f"algorithm.personal_layers: {self.personal_layers} leaves no representation "
-                f"layer of the {layers}-layer model to federate; choose 1 to {layers - 1}"
-            )
+        problem = layer_split_problem(spec.model, self.personal_layers)
+        if problem:
+            raise InputError(f"algorithm.personal_layers: {self.personal_layers} {problem}")
 
     def base_label(self) -> str:
         return "FedRep"

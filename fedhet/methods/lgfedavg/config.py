@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_LAYERS, InputError, MethodConfig, parameter_layers
+from fedhet.plugin import MAX_LAYERS, InputError, MethodConfig, layer_split_problem
 
 
 class LGFedAvgConfig(MethodConfig):
@@ -24,12 +24,9 @@ class LGFedAvgConfig(MethodConfig):
 
     def check(self, spec) -> None:
         super().check(spec)
-        layers = len(parameter_layers(spec.model))
-        if self.global_layers >= layers:
-            raise InputError(
-                f"algorithm.global_layers: {self.global_layers} leaves no local layer of the "
-                f"{layers}-layer model; choose 1 to {layers - 1}"
-            )
+        problem = layer_split_problem(spec.model, self.global_layers)
+        if problem:
+            raise InputError(f"algorithm.global_layers: {self.global_layers} {problem}")
 
     def base_label(self) -> str:
         return f"LG-FedAvg ({self.global_layers} global)"
