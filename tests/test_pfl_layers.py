@@ -19,7 +19,6 @@ defining property, and all of them through the command line:
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -30,7 +29,7 @@ from conftest import write_spec
 
 from fedhet.core.architectures import parameter_layers
 from fedhet.core.rng import torch_generator
-from fedhet.core.spec import parse_spec
+from fedhet.core.spec import load_spec, parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.data.client_test import draw_client_tests
 from fedhet.data.datasets import load_dataset
@@ -341,7 +340,10 @@ def test_weighted_mean_weighs_clients_by_their_training_samples():
 
 
 def test_each_method_validates_trains_and_scores_every_client_on_its_own_test_set(fedhet, tmp_path):
-    spec = write_spec(
+    """Through the command line: validate, train and eval (its table lists the spread of every
+    run); the stored runs' reports then hold every client's accuracy on its own test set, those
+    never sampled included, and the weighted mean over them."""
+    path = write_spec(
         tmp_path / "spec.yaml",
         SPEC
         | {
@@ -351,22 +353,21 @@ def test_each_method_validates_trains_and_scores_every_client_on_its_own_test_se
             "matrix": {"algorithm": METHODS},
         },
     )
-    store = tmp_path / "store"
-    valid = fedhet("spec", "validate", spec)
+    store = ArtifactStore(tmp_path / "store")
+    valid = fedhet("spec", "validate", path)
     assert valid.rc == 0 and "6 runs" in valid.stdout, valid.stdout + valid.stderr
-    result = fedhet("eval", spec, "--train", "--json", "--store", store)
-    assert result.rc == 0, result.stderr
-    reports = json.loads(result.stdout)
+    table = fedhet("eval", path, "--train", "--store", store.root)
+    assert table.rc == 0, table.stderr
+    assert table.stdout.count("weighted mean") == len(METHODS), table.stdout
     sizes = [c.n for c in engine({"name": "fedavg"}, tmp_path / "e").setup.clients]
-    for method, report in zip(METHODS, reports, strict=True):
+    for run in runs_of(load_spec(path)):
+        report = evaluate_run(run, store.open("train", run.node.key), store)
         scores = report["client_test"]
-        assert len(scores) == 4 and not any(math.isnan(s) for s in scores), method
+        assert len(scores) == 4 and not any(math.isnan(s) for s in scores), run.label
         assert report["client_test_mean"] == pytest.approx(np.mean(scores), abs=1e-12)
         weighted = np.average(scores, weights=sizes)
         assert report["client_test_weighted_mean"] == pytest.approx(weighted, abs=1e-12)
         assert report["client_test_worst_decile"] == min(scores)
-    table = fedhet("eval", spec, "--store", store)
-    assert table.rc == 0 and "weighted mean" in table.stdout
 
 
 @pytest.mark.parametrize(
