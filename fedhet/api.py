@@ -27,9 +27,8 @@ import pandas as pd
 from rich.console import Console
 
 from fedhet.core.errors import DivergedError
-from fedhet.core.overrides import apply_overrides
 from fedhet.core.pipeline import ProgressSink
-from fedhet.core.spec import Spec, load_spec, parse_spec
+from fedhet.core.spec import Spec, apply_overrides, load_spec, parse_spec
 from fedhet.core.store import ArtifactStore, damage_named
 from fedhet.execution.planning import Run, runs_of
 from fedhet.execution.results import require_stored

@@ -25,8 +25,7 @@ from fedhet.cli import crash, signals
 from fedhet.cli.output import Column, Format, present, show
 from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.memory_check import require_models_fit
-from fedhet.core.overrides import replaced_axes
-from fedhet.core.spec import Spec, expand, load_mapping, load_spec
+from fedhet.core.spec import Spec, expand, load_mapping, load_spec, replaced_axes
 from fedhet.core.store import ArtifactStore, arrays, damage_named
 from fedhet.core.tune_spec import TuneSpec
 from fedhet.data.shapes import data_shape
