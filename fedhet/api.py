@@ -5,15 +5,18 @@ comparisons as pandas DataFrames; training and reports as the command line does 
 
     experiment = fedhet.load("specs/quickstart.yaml", "federation.rounds=10", store="artifacts")
     experiment.train()               # what `fedhet train` does (jobs=2: two worker processes)
-    experiment.runs()                # a row per run: labels, seed, key, state, best_test,
-                                     # test_at_best_val (with a validation split), final
+    experiment.runs()                # a row per run: labels, seed, key, state, best_test_pct,
+                                     # test_at_best_val_pct (with a validation split), final_pct
     experiment.metrics()             # a row per run and round: the columns of `fedhet export`
     experiment.compare()             # paired differences against the first algorithm
-    experiment.report("reports")     # what `fedhet report` writes
+    experiment.report("report")      # what `fedhet report` writes
 
-Nothing is trained unless asked (`train()`, or `train=True` where a reader takes it). Failures
-are fedhet's own errors (fedhet.core.errors) with the command line's one-line messages: reading a
-run that is not stored raises InputError, reading a damaged artifact DamagedArtifactError.
+Accuracies are in percent, in columns named `..._pct`, as in every table of the command line;
+differences of accuracies in percentage points (`unit` "points"), and so is `floor`
+(fedhet.core.units). Nothing is trained unless asked (`train()`, or `train=True` where a reader
+takes it). Failures are fedhet's own errors (fedhet.core.errors) with the command line's one-line
+messages, naming the Python call instead of the command: reading a run that is not stored raises
+InputError, reading a damaged artifact DamagedArtifactError.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import pandas as pd
 from rich.console import Console
 
+from fedhet.core import units
 from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import ProgressSink
 from fedhet.core.spec import Spec, apply_overrides, load_spec, parse_spec
@@ -45,10 +49,20 @@ def load(
     the command line) over the artifact store `store` (default: FEDHET_STORE or ./artifacts)."""
     if isinstance(spec, Mapping):
         parsed = parse_spec(apply_overrides(dict(spec), overrides), "spec")
-        source = parsed.name
     else:
-        parsed, source = load_spec(Path(spec), overrides), str(spec)
-    return Experiment(parsed, ArtifactStore(store), source)
+        parsed = load_spec(Path(spec), overrides)
+    return Experiment(parsed, ArtifactStore(store), _load_call(spec, overrides, store))
+
+
+def _load_call(
+    spec: str | Path | Mapping[str, Any], overrides: tuple[str, ...], store: str | Path | None
+) -> str:
+    """The `fedhet.load(...)` call, as a message names it: `{...}` for a mapping."""
+    arguments = ["{...}" if isinstance(spec, Mapping) else repr(str(spec))]
+    arguments += map(repr, overrides)
+    if store is not None:
+        arguments.append(f"store={str(store)!r}")
+    return f"fedhet.load({', '.join(arguments)})"
 
 
 @dataclass
@@ -69,7 +83,7 @@ class _QuietView:
 class Experiment:
     spec: Spec
     store: ArtifactStore
-    source: str  # the spec's file, named in messages
+    source: str  # the `fedhet.load(...)` call that made it, named in messages
 
     def __post_init__(self) -> None:
         self._runs: list[Run] = runs_of(self.spec)
@@ -83,19 +97,21 @@ class Experiment:
         errors = [f for f in failures if not isinstance(f, DivergedError)]
         if errors:
             raise errors[0]
-        return pd.DataFrame(rows)
+        return pd.DataFrame(units.shown_row(row) for row in rows)
 
     @damage_named()
     def runs(self) -> pd.DataFrame:
         """A row per run as far as the store has it: labels, seed, key, state, best and final
-        test accuracy, rounds, wall time (what `fedhet runs` prints)."""
+        test accuracy in percent (`best_test_pct`, `final_pct`), rounds, wall time (what
+        `fedhet runs` prints)."""
         rows = [status.run_row(run, self.store) | {"key": run.node.key} for run in self._runs]
-        return pd.DataFrame(rows)
+        return pd.DataFrame(units.shown_row(row) for row in rows)
 
     @damage_named()
     def metrics(self, train: bool = False) -> pd.DataFrame:
-        """A row per run and round with the columns of `fedhet export`."""
-        self._require_stored(train)
+        """A row per run and round with the columns of `fedhet export` (accuracies in percent:
+        `test_accuracy_pct`)."""
+        self._require_stored(train, "metrics")
         return pd.DataFrame(export.long_rows(export.collect(self._runs, self.store, train)))
 
     @damage_named()
@@ -103,32 +119,37 @@ class Experiment:
         self,
         baseline: str | None = None,
         train: bool = False,
-        floor: float = comparison.FLOOR_ACCURACY,
+        floor: float = comparison.FLOOR_POINTS,
     ) -> pd.DataFrame:
         """The report's paired differences: a row per metric, setting and algorithm against
-        `baseline` (default the matrix's first algorithm); `floor` is the smallest difference
-        in accuracy (a fraction: 0.005 is half a point) a verdict calls a gain."""
+        `baseline` (default the matrix's first algorithm), in the metric's `unit`: "points"
+        (percentage points) for accuracies, "rounds" for rounds to a target. `floor` is the
+        smallest difference in accuracy, in points as `fedhet report --floor`, a verdict calls
+        a gain."""
         reference = report.reference_algorithm(self._runs, baseline)
-        self._require_stored(train)
+        self._require_stored(train, "compare")
         rows = report.collect(self._runs, self.store, Console(stderr=True, quiet=True), train)
         cells = report.cells(rows)
         metrics = comparison.paired_metrics(self.spec.eval.target_accuracy, validated(rows))
+        minimum = units.fraction(floor)
         return pd.DataFrame(
             _paired_row(metric, row, reference)
             for metric in metrics
-            for row in comparison.compared(cells, reference, metric, floor)
+            for row in comparison.compared(cells, reference, metric, minimum)
         )
 
     @damage_named()
     def report(
         self,
-        out: str | Path = "reports",
+        out: str | Path = report.DEFAULT_FOLDER,
         baseline: str | None = None,
         train: bool = False,
-        floor: float = comparison.FLOOR_ACCURACY,
+        floor: float = comparison.FLOOR_POINTS,
     ) -> Path:
-        """Write what `fedhet report` writes into `out`; the markdown file's path."""
-        self._require_stored(train)
+        """Write what `fedhet report` writes into the folder `out` (as the command line, by
+        default `report/` of the working directory); `floor` in points, as `compare`'s; the
+        markdown file's path."""
+        self._require_stored(train, "report")
         markdown, _ = report.write_report(
             self.spec,
             self._runs,
@@ -136,17 +157,25 @@ class Experiment:
             Path(out),
             train=train,
             baseline=baseline,
-            floor=floor,
+            floor=units.fraction(floor),
         )
         return markdown
 
-    def _require_stored(self, train: bool) -> None:
+    def _require_stored(self, train: bool, reader: str) -> None:
+        """InputError naming the runs not stored, the call that stores them and `reader`'s
+        argument that would, unless `train`."""
         if not train:
-            require_stored(self._runs, self.store, self.source)
+            remedy = f"call `{self.source}.train()` first or pass {reader}(train=True)"
+            require_stored(self._runs, self.store, remedy)
 
 
 def _paired_row(metric: comparison.PairedMetric, row: comparison.PairedRow, reference: str):
+    """A paired comparison as a row, its differences in the metric's unit."""
     c = row.comparison
+
+    def shown(difference: float | None) -> float | None:
+        return None if difference is None else comparison.in_unit(difference, metric.unit)
+
     return {
         "metric": metric.title,
         "unit": metric.unit,
@@ -154,13 +183,13 @@ def _paired_row(metric: comparison.PairedMetric, row: comparison.PairedRow, refe
         "reference": reference,
         "setting": row.setting,
         "pairs": c.n,
-        "mean_difference": c.mean,
-        "ci_low": c.low,
-        "ci_high": c.high,
+        "mean_difference": shown(c.mean),
+        "ci_low": shown(c.low),
+        "ci_high": shown(c.high),
         "seeds_ahead": c.ahead,
         "verdict": c.verdict,
         "rounds": row.rounds,
-        "differences": list(row.pairing.differences),
+        "differences": [shown(d) for d in row.pairing.differences],
     }
 
 

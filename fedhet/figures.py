@@ -7,7 +7,8 @@ Takes numpy arrays only, so every layer that draws (reports, a method's command)
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import os
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator, MultipleLocator, PercentFormatter  # noqa: E402
 
 from fedhet.core.errors import InputError  # noqa: E402
 from fedhet.core.files import write_atomically  # noqa: E402
@@ -27,6 +31,15 @@ DPI = 200
 DASHES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 MARKS_PER_CURVE = 8
+BAND_ALPHA = 0.15
+# Up to this many clients (classes), a heatmap labels every one; beyond, about this many ticks.
+LABELLED = 50
+# A value whose magnitude is more than OFF_SCALE_SPREADS spreads (the interquartile range of the
+# row's log10 magnitudes, at least one decade) above their upper quartile is off scale: the axis
+# leaves it out, so a diverging run's 1e29 (and its ±1e29 band) is drawn clipped at the top,
+# marked, instead of flattening every other curve.
+OFF_SCALE_SPREADS = 3.0
+OFF_SCALE_MARKER = "^"
 
 
 @dataclass(frozen=True)
@@ -63,24 +76,67 @@ def save(fig: Figure, path: Path, formats: Sequence[str] = ("png",)) -> list[Pat
 def partition_heatmaps(
     histograms: dict[str, np.ndarray], path: Path, formats: Sequence[str] = ("png",)
 ) -> list[Path]:
-    """One panel per partition (title -> its clients x classes histogram), in one figure."""
-    shapes = [h.shape for h in histograms.values()]
+    """`heatmaps_figure` saved as `path` in each of `formats`."""
+    return save(heatmaps_figure(histograms), path, formats)
+
+
+def heatmaps_figure(histograms: dict[str, np.ndarray]) -> Figure:
+    """One panel per distinct partition (title -> its clients x classes histogram), in one
+    figure; partitions with the same histogram (a natural partition under several seeds) share
+    a panel, titled by all of them."""
+    distinct = _distinct(histograms)
+    shapes = [h.shape for h in distinct.values()]
     classes = max(c for _, c in shapes)
-    height = max(3.0, min(max(n for n, _ in shapes), 50) * 0.3 + 1.5)
+    height = max(3.0, min(max(n for n, _ in shapes), LABELLED) * 0.25 + 1.5)
     fig, axes = plt.subplots(
         1,
-        len(histograms),
-        figsize=(max(4.0, classes * 0.5 + 2) * len(histograms), height),
+        len(distinct),
+        figsize=(max(4.0, min(classes, LABELLED // 2) * 0.4 + 2) * len(distinct), height),
         squeeze=False,
         layout="constrained",
     )
-    for ax, (title, histogram) in zip(axes[0], histograms.items(), strict=True):
+    for ax, (title, histogram) in zip(axes[0], distinct.items(), strict=True):
         image = ax.imshow(histogram, aspect="auto", cmap="viridis", interpolation="nearest")
+        _label_each(ax.xaxis, histogram.shape[1])
+        _label_each(ax.yaxis, histogram.shape[0])
         ax.set_xlabel("class")
         ax.set_ylabel("client")
         ax.set_title(title)
         fig.colorbar(image, ax=ax, label="samples")
-    return save(fig, path, formats)
+    return fig
+
+
+def _distinct(histograms: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The histograms once each, titled by every title that has it ("..., seed 0, 1, 2")."""
+    titles: dict[bytes, list[str]] = {}
+    arrays: dict[bytes, np.ndarray] = {}
+    for title, histogram in histograms.items():
+        content = np.asarray(histogram)
+        identity = repr(content.shape).encode() + content.tobytes()
+        titles.setdefault(identity, []).append(title)
+        arrays.setdefault(identity, content)
+    return {_joined_title(titles[i]): arrays[i] for i in arrays}
+
+
+def _joined_title(titles: list[str]) -> str:
+    """`a, seed 0` and `a, seed 1` -> `a, seed 0, 1`: the common start once (to a word), then
+    where each title differs."""
+    if len(titles) == 1:
+        return titles[0]
+    common = os.path.commonprefix(titles)
+    common = common[: common.rfind(" ") + 1]
+    return common + ", ".join(title[len(common) :] for title in titles)
+
+
+def _label_each(axis, count: int) -> None:
+    """A tick at every row (column) of a heatmap up to LABELLED of them, else about LABELLED
+    integer ticks: never the edges between cells, never half the ids."""
+    if count <= LABELLED:
+        axis.set_major_locator(MultipleLocator(1))
+        if count > 20:
+            axis.set_tick_params(labelsize=7)
+    else:
+        axis.set_major_locator(MaxNLocator(nbins=LABELLED // 2, integer=True))
 
 
 def metric_curves(
@@ -89,56 +145,157 @@ def metric_curves(
     title: str = "",
     boundaries: dict[str, list[int]] | None = None,
     formats: Sequence[str] = ("png",),
+    percent: Collection[str] = (),
+    captions: Sequence[str] = (),
 ) -> list[Path]:
     """`curves_figure` saved as `path` in each of `formats`."""
-    return save(curves_figure(panels, title, boundaries), path, formats)
+    return save(curves_figure(panels, title, boundaries, percent, captions), path, formats)
 
 
 def curves_figure(
     panels: dict[str, dict[str, dict[str, Curve]]],
     title: str = "",
     boundaries: dict[str, list[int]] | None = None,
+    percent: Collection[str] = (),
+    captions: Sequence[str] = (),
 ) -> Figure:
     """One row of panels per metric (one y axis per row), one column per setting.
 
     panels[metric label][setting][algorithm] = its Curve: the mean over seeds, and a band of
     ± one standard deviation where there are several seeds. `boundaries[algorithm]` are the
-    rounds after which a new stage starts (TCT's stage 2), drawn as dotted vertical lines.
+    rounds after which a new stage starts (TCT's stage 2), drawn as dotted vertical lines. The
+    rows named in `percent` hold fractions, drawn on a % axis; every other row's axis spans its
+    values that are not off scale (`robust_limits`), a mean above it drawn at its top, marked.
+    Rounds are integers on the x axis. The legend names every algorithm and every other kind
+    of mark drawn; `captions` are lines under the panels (what a metric is).
     """
     settings = list(next(iter(panels.values())))
     algorithms = list(dict.fromkeys(a for row in panels.values() for s in row.values() for a in s))
     fig, axes = plt.subplots(
         len(panels),
         len(settings),
-        figsize=(4.5 * len(settings) + 2.2, 3.2 * len(panels) + 0.6),
+        figsize=(4.5 * len(settings) + 2.2, 3.2 * len(panels) + 0.6 + 0.2 * len(captions)),
         squeeze=False,
         sharex=True,
         sharey="row",
         layout="constrained",
     )
+    marks: dict[str, object] = {}  # legend entries of what is not an algorithm's line
     for row, (label, curves) in zip(axes, panels.items(), strict=True):
         row[0].set_ylabel(label)
+        if label in percent:
+            row[0].yaxis.set_major_formatter(PercentFormatter(xmax=1))
         for ax, setting in zip(row, settings, strict=True):
-            for algorithm, curve in curves[setting].items():
-                index = algorithms.index(algorithm)
-                _draw(ax, curve, algorithm, index)
-                for stage_start in (boundaries or {}).get(algorithm, []):
-                    ax.axvline(stage_start + 0.5, color=f"C{index}", linestyle=":", linewidth=1)
+            _draw_panel(ax, curves[setting], algorithms, boundaries or {}, marks)
             ax.set_title(setting)
-            ax.grid(alpha=0.3)
+        limits = None if label in percent else robust_limits(curves)
+        if limits is not None and _clip(row, curves, settings, algorithms, limits):
+            marks.setdefault("clipped", _clipped_entry())
     for ax in axes[-1]:
         ax.set_xlabel("round")
     handles, labels = _legend_entries(axes)
-    fig.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
+    fig.legend(
+        handles + list(marks.values()),
+        labels + [entry.get_label() for entry in marks.values()],
+        loc="outside right upper",
+        fontsize=8,
+        frameon=False,
+    )
+    if captions:
+        fig.supxlabel("\n".join(captions), fontsize=8)
     if title:
         fig.suptitle(title)
     return fig
 
 
-def _draw(ax, curve: Curve, algorithm: str, index: int) -> None:
+def _draw_panel(
+    ax, curves: dict[str, Curve], algorithms: list[str], boundaries: dict[str, list[int]], marks
+) -> None:
+    """One setting's curves, their bands and stage boundaries, on integer rounds; the legend
+    entry of each kind of mark drawn goes into `marks`."""
+    for algorithm, curve in curves.items():
+        index = algorithms.index(algorithm)
+        if _draw(ax, curve, algorithm, index) and curve.seeds > 1:
+            marks.setdefault("band", _band_entry())
+        for stage_start in boundaries.get(algorithm, []):
+            ax.axvline(stage_start + 0.5, color=f"C{index}", linestyle=":", linewidth=1)
+            marks.setdefault("stage", _stage_entry())
+    ax.grid(alpha=0.3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def robust_limits(curves: dict[str, dict[str, Curve]]) -> tuple[float, float] | None:
+    """The y range of a row's finite values (means and mean ± std) that are not off scale (see
+    OFF_SCALE_SPREADS, on their magnitudes); None when none is (the axis then fits them all)."""
+    values = np.concatenate(
+        [
+            np.concatenate([c.mean, c.mean - c.std, c.mean + c.std])
+            for setting in curves.values()
+            for c in setting.values()
+        ]
+    )
+    values = values[np.isfinite(values)]
+    magnitudes = np.abs(values[values != 0])
+    if not magnitudes.size:
+        return None
+    decades = np.log10(magnitudes)
+    low, high = np.percentile(decades, [25, 75])
+    fence = 10 ** (high + OFF_SCALE_SPREADS * max(high - low, 1.0))
+    kept = values[np.abs(values) <= fence]
+    if kept.size == values.size or not kept.size:
+        return None
+    return float(kept.min()), float(kept.max())
+
+
+def _clip(row, curves, settings: list[str], algorithms: list[str], limits) -> bool:
+    """Fix the row's y axis to `limits` (with a margin) and mark each mean above them at the
+    top, in its algorithm's colour; whether any was."""
+    low, high = limits
+    margin = 0.05 * (high - low) or 0.05 * abs(high) or 1.0
+    top = high + margin
+    row[0].set_ylim(low - margin, top)
+    clipped = False
+    for ax, setting in zip(row, settings, strict=True):
+        for algorithm, curve in curves[setting].items():
+            above = np.flatnonzero(curve.mean > top)
+            if above.size:
+                clipped = True
+                ax.plot(
+                    above + 1,
+                    np.full(above.size, top),
+                    linestyle="none",
+                    marker=OFF_SCALE_MARKER,
+                    color=f"C{algorithms.index(algorithm) % 10}",
+                    clip_on=False,
+                    label="_off scale",
+                )
+    return clipped
+
+
+def _band_entry() -> Patch:
+    return Patch(color="grey", alpha=BAND_ALPHA * 2, label="shaded: ± 1 std over seeds")
+
+
+def _stage_entry() -> Line2D:
+    return Line2D([], [], color="grey", linestyle=":", label="dotted: next stage starts")
+
+
+def _clipped_entry() -> Line2D:
+    return Line2D(
+        [],
+        [],
+        color="grey",
+        linestyle="none",
+        marker=OFF_SCALE_MARKER,
+        label="above the axis: drawn at its top",
+    )
+
+
+def _draw(ax, curve: Curve, algorithm: str, index: int) -> bool:
+    """Draw the curve (and its band over seeds); whether it had anything to draw."""
     measured = ~np.isnan(curve.mean)
     if not measured.any():  # a metric the method does not define: nothing to draw
-        return
+        return False
     rounds = np.arange(1, len(curve.mean) + 1)[measured]
     mean, std = curve.mean[measured], curve.std[measured]
     color = f"C{index % 10}"
@@ -155,7 +312,8 @@ def _draw(ax, curve: Curve, algorithm: str, index: int) -> None:
         label=algorithm,
     )
     if curve.seeds > 1:
-        ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=0.15, linewidth=0)
+        ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=BAND_ALPHA, linewidth=0)
+    return True
 
 
 def _legend_entries(axes) -> tuple[list, list[str]]:

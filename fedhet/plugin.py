@@ -34,6 +34,10 @@ Training: the trainer and its one client step
         `evaluation_states`, `build_model`.
         `self.setup` is the run's TrainSetup; `self.setup.extras[role]` the artifact of an
         upstream stage the config's `plan` added.
+        Rounds count from 0 in every hook (`round` of `client_step`, `download`, `aggregate`,
+        `synchronized_first_step`; `ClientJob.round`): the rounds completed before this one.
+        Logs, tables, exports and figures number the same round from 1: the hooks' round r is
+        their round r + 1, and `decay ** round` is 1 in the first round.
     ClientStep
         A method's part of a client's local SGD, written once: `extras` (the client's own
         tensors), `loss` (a term added to the data loss; `client_loss` when the term reads the
@@ -88,9 +92,9 @@ Tensors, models and metrics
         (accuracy, mean cross-entropy) of a model on samples, as the engine scores its rounds.
     Scores, class_accuracies, LossFn, client_gradient_variance, summarize
         Metrics.
-    stage_progress, run_metrics, write_metrics, tensorboard, figure_format, image_grid
-        For a method with a training stage of its own (TCT): progress lines, stored metrics,
-        TensorBoard events, figures.
+    stage_progress, round_note, run_metrics, write_metrics, tensorboard, figure_format, image_grid
+        For a method with a training stage of its own (TCT): progress lines and a round's note
+        in them, stored metrics, TensorBoard events, figures.
 
 Errors
     InputError (exit 2: a bad spec, naming the field), RunError (exit 1), DivergedError.
@@ -158,6 +162,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "image_grid": ("fedhet.figures", "image_grid"),
     "load_data": ("fedhet.data.datasets", "load_data"),
     "num_local_steps": ("fedhet.engine.system", "num_local_steps"),
+    "round_note": ("fedhet.engine.progress", "round_note"),
     "run_metrics": ("fedhet.engine.run_format", "run_metrics"),
     "scale_gradient": ("fedhet.engine.modules", "scale_gradient"),
     "seeded_mlp": ("fedhet.engine.modules", "seeded_mlp"),

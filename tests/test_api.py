@@ -32,12 +32,12 @@ def docs_example() -> str:
 @pytest.mark.slow
 def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, capsys):
     code = docs_example().replace('store="artifacts"', f'store="{tmp_path / "store"}"')
-    code = code.replace('report("reports")', f'report("{tmp_path / "reports"}")')
+    code = code.replace('report("report")', f'report("{tmp_path / "report"}")')
     monkeypatch.chdir(REPO)
     exec(compile(code, EXAMPLE_PAGE, "exec"), {"__name__": "__main__"})  # here: torch is loaded
     printed = capsys.readouterr().out
     assert "within noise" in printed or "ahead" in printed or "behind" in printed
-    assert (tmp_path / "reports" / "quickstart.md").exists()
+    assert (tmp_path / "report" / "quickstart.md").exists()
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +57,9 @@ def test_runs_and_metrics_are_dataframes_of_every_run(trained, monkeypatch):
     assert list(metrics.columns[:3]) == ["run", "algorithm", "setting"]
     assert len(metrics) == 4 * 2  # a row per run and round
     # the best test accuracy of each run, from its rounds, is the one `runs()` reports
-    best = metrics.groupby("run").test_accuracy.max()
+    best = metrics.groupby("run").test_accuracy_pct.max()
     for _, row in runs.iterrows():
-        assert best[row.label] == pytest.approx(row.best_test)
+        assert best[row.label] == row.best_test_pct
 
 
 def test_compare_pairs_runs_by_seed(trained):

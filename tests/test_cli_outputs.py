@@ -1,5 +1,6 @@
-"""What a person reads: tables at 80 columns keep every label word whole, and a run whose output
-goes to a file prints a line every few rounds instead of a progress bar."""
+"""What a person reads: tables at 80 columns keep every label word whole, piped tables keep every
+cell whole, `report` prints a summary naming its files, and a run whose output goes to a file
+prints a line every few rounds instead of a progress bar."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from conftest import TINY_SPEC, cli_env, write_spec
 from fedhet.core.spec import load_spec
 from fedhet.engine.progress import LINES
 from fedhet.execution.planning import runs_of
+from fedhet.figures import FORMATS
 
 LABELS = {
     **TINY_SPEC,
@@ -40,6 +42,39 @@ def test_tables_at_80_columns_keep_label_words_whole(fedhet, tmp_path):
             assert not missing, f"{command}: {missing} wrapped mid-word:\n{shown.stdout}"
 
 
+def test_a_piped_table_keeps_every_cell_whole(fedhet, tmp_path):
+    spec = write_spec(tmp_path / "labels.yaml", LABELS)
+    shown = fedhet("runs", spec, env=cli_env(tmp_path / "store"))  # no COLUMNS: a pipe
+    assert shown.rc == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert max(map(len, lines)) > 80  # wider than a terminal's default: nothing folded
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if "│" in line]
+    runs = runs_of(load_spec(spec))
+    labels = [(run.algorithm_label, run.setting_label, str(run.spec.seed)) for run in runs]
+    assert [tuple(row[:3]) for row in rows] == labels  # one line per run, each label whole
+    assert (
+        lines[0].strip() == "tiny-digits"
+    )  # not "labels", the file: titled by the spec's name:, as reports are
+
+
+def test_report_prints_a_summary_and_names_its_files(fedhet, tmp_path):
+    raw = {**TINY_SPEC, "runtime": {"threads": 1, "progress": False}}
+    spec = write_spec(tmp_path / "spec.yaml", raw)
+    out = tmp_path / "out"
+    shown = fedhet("report", spec, "--train", "--out", out, store=tmp_path / "store")
+    assert shown.rc == 0, shown.stderr
+    markdown = out / "tiny-digits.md"
+    full = markdown.read_text()
+    assert "## Per run" in full and "## Per run" not in shown.stdout
+    assert len(shown.stdout.splitlines()) < 25 < len(full.splitlines())
+    assert shown.stdout.startswith("# tiny-digits")
+    assert f"The full report, {markdown}, also has: " in shown.stdout
+    assert "Per run" in shown.stdout.splitlines()[-2]  # the rest's sections, by title
+    for fmt in FORMATS:
+        figure = markdown.with_suffix(f".{fmt}")
+        assert figure.stat().st_size > 1000 and str(figure) in shown.stdout
+
+
 def test_a_run_logging_to_a_file_prints_a_line_every_few_rounds(fedhet, tmp_path):
     rounds = 20
     raw = {
@@ -52,7 +87,7 @@ def test_a_run_logging_to_a_file_prints_a_line_every_few_rounds(fedhet, tmp_path
     assert trained.rc == 0, trained.stderr
     (run,) = runs_of(load_spec(spec))
     pattern = (
-        rf"{re.escape(run.label)}: round (\d+)/{rounds} acc \d\.\d{{4}} loss \d+\.\d{{4}}, \d+s"
+        rf"{re.escape(run.label)}: round (\d+)/{rounds} acc \d+\.\d{{2}}% loss \d+\.\d{{4}}, \d+s"
     )
     found = [int(m.group(1)) for m in re.finditer(pattern, trained.stderr)]
     step = math.ceil(rounds / LINES)

@@ -181,11 +181,13 @@ def test_eval_scores_each_client_on_its_test_set_with_the_model_it_uses(fedhet, 
         )  # fmt: skip
         uses = [{**final, **own.get(c.id, {})} for c in data]  # FedBN: its own BN entries
         expected = [accuracy(model, state, c.x, c.y) for state, c in zip(uses, data, strict=True)]
-        assert report["client_test"] == pytest.approx(expected, abs=1e-12)
+        # in percent, as every table shows accuracies
+        assert report["client_test_pct"] == pytest.approx([100 * e for e in expected], abs=1e-10)
         spread = client_spread(expected)
-        assert report["client_test_mean"] == pytest.approx(spread.mean, abs=1e-12)
-        assert report["client_test_worst_decile"] == pytest.approx(spread.worst_decile, abs=1e-12)
-        assert report["client_test_std"] == pytest.approx(spread.std, abs=1e-12)
+        assert report["client_test_mean_pct"] == pytest.approx(100 * spread.mean, abs=1e-10)
+        worst = report["client_test_worst_decile_pct"]
+        assert worst == pytest.approx(100 * spread.worst_decile, abs=1e-10)
+        assert report["client_test_std_pct"] == pytest.approx(100 * spread.std, abs=1e-10)
         if run.spec.algorithm.personalized:  # the server's BN entries would score otherwise
             server = [accuracy(model, final, c.x, c.y) for c in data]
             assert server != pytest.approx(expected, abs=1e-9)
@@ -203,7 +205,8 @@ def test_eval_model_best_with_a_personalized_run_in_the_spec_exits_0(fedhet, tra
     assert len(lines) == 1 and "fedbn" in lines[0].lower() and "using final" in lines[0]
     (run_fedbn,) = [r for r in runs_of(load_spec(spec_path)) if r.spec.algorithm.personalized]
     group = ArtifactStore(store).open("train", run_fedbn.node.key)
-    assert fedbn["accuracy"] == pytest.approx(group["metrics"]["test_accuracy"][-1], abs=1e-6)
+    final = group["metrics"]["test_accuracy"][-1]
+    assert fedbn["accuracy_pct"] == pytest.approx(100 * final, abs=1e-4)
 
 
 def test_report_has_the_per_client_test_accuracy_tables(fedhet, trained, tmp_path):
@@ -217,5 +220,5 @@ def test_report_has_the_per_client_test_accuracy_tables(fedhet, trained, tmp_pat
     for table, field in [(mean, "mean"), (worst, "worst_decile"), (std, "std")]:
         cells = {row[0]: row[1] for row in table[2:]}
         for report in evaluated:
-            value = 100 * report[f"client_test_{field}"]
+            value = report[f"client_test_{field}_pct"]
             assert cells[report["algorithm"]] == f"{value:.2f} (n=1)"

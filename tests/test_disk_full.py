@@ -18,6 +18,7 @@ from fedhet.core.store import ArtifactStore
 from fedhet.engine import run_format
 from fedhet.execution.planning import runs_of
 from fedhet.execution.results import execute, stored_metrics
+from fedhet.figures import FORMATS
 
 RUNTIME = {"threads": 1, "progress": False, "device": "cpu", "checkpoint_every": 1}
 RAW = {**TINY_SPEC, "federation": {**TINY_SPEC["federation"], "rounds": 3}, "runtime": RUNTIME}
@@ -114,7 +115,7 @@ io.open = builtins.open = _full
 """
 
 
-@pytest.mark.parametrize("writes_left", [0, 1], ids=["figure", "markdown"])
+@pytest.mark.parametrize("writes_left", [0, len(FORMATS)], ids=["figure", "markdown"])
 def test_report_on_a_full_disk_names_the_file_in_one_line_and_leaves_none_behind(
     fedhet: CliRunner, tmp_path: Path, writes_left: int
 ) -> None:
@@ -141,7 +142,8 @@ def test_report_on_a_full_disk_names_the_file_in_one_line_and_leaves_none_behind
     left = {p.name: p.read_bytes() for p in out.iterdir()}  # files complete or not there
     if writes_left == 0:
         assert left == {}
-    else:
-        (png,) = left.values()
-        assert left.keys() == {"tiny-digits.png"} and png.startswith(b"\x89PNG")
-        assert png.endswith(b"IEND\xaeB`\x82")
+    else:  # the figure in every format, then the markdown failed
+        assert left.keys() == {f"tiny-digits.{fmt}" for fmt in FORMATS}
+        png = left["tiny-digits.png"]
+        assert png.startswith(b"\x89PNG") and png.endswith(b"IEND\xaeB`\x82")
+        assert left["tiny-digits.pdf"].rstrip().endswith(b"%%EOF")

@@ -83,10 +83,10 @@ def test_export_keeps_the_rounds_before_the_divergence(fedhet, diverged):
     unstable = [r for r in rows if r["setting"] == "lr=1e+30"]
     assert [r["round"] for r in stable] == ["1", "2", "3"]
     assert all(r["diverged"] == "" for r in stable)
-    assert all(float(r["test_accuracy"]) > 0 for r in stable)
+    assert all(float(r["test_accuracy_pct"]) > 0 for r in stable)
     # it diverged in round 1: no round before it, and that round measured nothing
     (row,) = unstable
-    assert row["round"] == "1" and row["diverged"] == "1" and row["test_accuracy"] == "nan"
+    assert row["round"] == "1" and row["diverged"] == "1" and row["test_accuracy_pct"] == "nan"
     as_json = json.loads(fedhet("export", spec, "--format", "json", store=store).stdout)
     assert [r["diverged"] for r in as_json] == [None] * ROUNDS + [1]
 
@@ -96,8 +96,8 @@ def test_eval_marks_the_diverged_run_and_scores_the_others(fedhet, diverged):
     as_json = fedhet("eval", spec, "--json", store=store)
     assert as_json.rc == 0, as_json.stderr
     stable, unstable = json.loads(as_json.stdout)
-    assert stable["diverged"] is None and 0 < stable["accuracy"] <= 1
-    assert unstable["diverged"] == 1 and unstable["accuracy"] is None
+    assert stable["diverged"] is None and 0 < stable["accuracy_pct"] <= 100
+    assert unstable["diverged"] == 1 and unstable["accuracy_pct"] is None
     table = fedhet("eval", spec, store=store)
     assert table.rc == 0 and "diverged in round 1" in table.stdout
     assert table.stderr == ""

@@ -60,10 +60,11 @@ def test_every_method_reports_its_stored_models_test_accuracy(fedhet, trained, m
     for run, report in zip(runs_of(load_spec(spec)), reports, strict=True):
         tested = ArtifactStore(store).open(run.node.stage, run.node.key)["metrics"]["test_accuracy"]
         recorded = tested[-1] if model == "final" else np.nanmax(tested[:])
-        assert report["accuracy"] == pytest.approx(recorded, abs=1e-12)
-        weighted = np.dot(report["per_class"], counts) / counts.sum()
-        assert report["accuracy"] == pytest.approx(weighted, abs=1e-6)
-        assert len(report["per_client"]) == 5 and all(0 <= a <= 1 for a in report["per_client"])
+        assert report["accuracy_pct"] == pytest.approx(100 * recorded, abs=1e-10)
+        weighted = np.dot(report["per_class_pct"], counts) / counts.sum()
+        assert report["accuracy_pct"] == pytest.approx(weighted, abs=1e-4)
+        per_client = report["per_client_pct"]
+        assert len(per_client) == 5 and all(0 <= a <= 100 for a in per_client)
 
 
 def test_cgv_is_null_for_a_model_that_is_no_network(fedhet, trained):

@@ -18,6 +18,7 @@ import pyarrow.parquet
 import pytest
 from conftest import REPO, TINY_SPEC, cli_env, write_spec
 
+from fedhet.core import units
 from fedhet.core.spec import load_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import runs_of
@@ -68,10 +69,11 @@ def test_the_table_holds_every_runs_zarr_metrics(fedhet, trained, tmp_path, fmt)
             ("fedavg", 3, lr)
         }
         metrics = ArtifactStore(store).open("train", run.node.key)["metrics"]
-        for name, array in metrics.arrays():
-            exported = np.array([as_float(r[name]) for r in mine])
-            np.testing.assert_array_equal(exported, array[:])  # NaN where NaN, bit for bit
-    assert math.isnan(as_float(rows[0]["test_accuracy"]))
+        for name, array in metrics.arrays():  # accuracies in percent, under `_pct` names
+            exported = np.array([as_float(r[units.shown_name(name)]) for r in mine])
+            shown = units.shown_value(name, array[:].tolist())
+            np.testing.assert_array_equal(exported, shown)  # NaN where NaN, bit for bit
+    assert math.isnan(as_float(rows[0]["test_accuracy_pct"]))
 
 
 def test_standard_output_gets_the_csv_table(fedhet, trained, tmp_path):

@@ -237,7 +237,7 @@ def test_every_kind_trains_from_the_cli_and_zero_levels_train_as_no_shift(fedhet
     evaluated = fedhet("eval", path, "--json", "--store", store)
     assert evaluated.rc == 0, evaluated.stderr
     reports = json.loads(evaluated.stdout)
-    assert len(reports) == 5 and all(len(r["client_test"]) == 4 for r in reports)
+    assert len(reports) == 5 and all(len(r["client_test_pct"]) == 4 for r in reports)
     st = ArtifactStore(store)
     runs = runs_of(load_spec(path))
     finals = [tensors.load(st.open("train", r.node.key)["model"], "final", "cpu") for r in runs]
@@ -246,4 +246,4 @@ def test_every_kind_trains_from_the_cli_and_zero_levels_train_as_no_shift(fedhet
     assert all(torch.equal(plain[name], zeros[name]) for name in plain)
     for final in kinds:
         assert not all(torch.equal(plain[name], final[name]) for name in plain)
-    assert np.isfinite([r["accuracy"] for r in reports]).all()
+    assert np.isfinite([r["accuracy_pct"] for r in reports]).all()

@@ -270,9 +270,11 @@ def test_defaults_are_the_authors_objective_ramp_and_std_clip():
         ({"ramp": 0.5}, 40, [0.0, 0.05, 1.0, 1.95]),  # w at half the run
         ({"ramp": 0.25, "weight": 0.5}, 40, [0.0, 0.05, 1.0, 1.95]),
         ({"ramp": 0}, 40, [1.0, 1.0, 1.0, 1.0]),
+        ({"ramp": 0.5, "ramp_cap": True}, 40, [0.0, 0.05, 1.0, 1.0]),  # held at w from R on
+        ({"ramp_rounds": 20, "weight": 0.5, "ramp_cap": True}, 40, [0.0, 0.025, 0.5, 0.5]),
     ],
 )
-def test_sampled_weight_rises_linearly_and_uncapped(options, rounds, expected):
+def test_sampled_weight_rises_linearly_and_uncapped_unless_capped(options, rounds, expected):
     setup = build_setup(digits_spec({"name": "fedimpro", **options}, rounds))
     algo = FedImpro(setup.spec.algorithm, setup)
     got = [algo.sampled_weight(t) for t in (0, 1, rounds // 2, rounds - 1)]

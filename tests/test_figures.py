@@ -1,15 +1,29 @@
 """Figures for a paper: curves that stay visible when they overlap, a band for the spread over
-seeds, one y axis per metric, one legend outside the panels, stage boundaries, every format."""
+seeds, one y axis per metric, one legend outside the panels, stage boundaries, every format;
+accuracy in %, integer rounds, every mark explained, a diverged run that does not flatten the
+others, heatmaps with every client labelled and one panel per distinct partition."""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
+from matplotlib.image import AxesImage
+from matplotlib.ticker import PercentFormatter
 from PIL import Image
 
 from fedhet.core.errors import InputError
-from fedhet.figures import Curve, curves_figure, figure_format, metric_curves, partition_heatmaps
+from fedhet.core.spec import parse_spec
+from fedhet.data.partition_stage import spec_partition
+from fedhet.figures import (
+    Curve,
+    curves_figure,
+    figure_format,
+    heatmaps_figure,
+    metric_curves,
+    partition_heatmaps,
+)
 
 
 def _curve(values, std=0.0, seeds=1) -> Curve:
@@ -96,3 +110,151 @@ def test_one_file_for_several_partitions(tmp_path):
 def test_unknown_figure_suffix_is_an_input_error():
     with pytest.raises(InputError, match="--plot x.jpg: name a .png, .svg or .pdf file"):
         figure_format(Path("x.jpg"), "--plot")
+
+
+def test_accuracy_is_drawn_in_percent_on_integer_rounds():
+    panels = {
+        "test accuracy": {"s": {"a": _curve([0.1, 0.4, 0.5])}},
+        "divergence": {"s": {"a": _curve([3.0, 4.0, 5.0])}},
+    }
+    fig = curves_figure(panels, percent=("test accuracy",))
+    accuracy, divergence = fig.axes
+    fig.canvas.draw()
+    formatter = accuracy.yaxis.get_major_formatter()
+    assert isinstance(formatter, PercentFormatter)
+    assert formatter(0.5).endswith("%") and float(formatter(0.5)[:-1]) == 50  # a fraction, in %
+    assert not isinstance(divergence.yaxis.get_major_formatter(), PercentFormatter)
+    for ax in fig.axes:  # 3 rounds: matplotlib's default would tick 1.25, 1.5, ...
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_every_kind_of_mark_has_a_legend_entry_and_the_metric_a_caption():
+    diverging = [1.0, 2.0, 3.0, 4.0, 1e29]
+    panels = {
+        "acc": {"s": {"fedavg": _curve([0.1] * 5, std=0.1, seeds=3), "tct": _curve([0.2] * 5)}},
+        "div": {"s": {"fedavg": _curve([1.0] * 5, std=0.1, seeds=3), "tct": _curve(diverging)}},
+    }
+    caption = "div: the mean over clients of a distance"
+    fig = curves_figure(panels, boundaries={"tct": [2]}, captions=(caption,))
+    (legend,) = fig.legends
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts[:2] == ["fedavg", "tct"]
+    kinds = {
+        "band": any(isinstance(c, PolyCollection) for ax in fig.axes for c in ax.collections),
+        "stage": any(line.get_linestyle() == ":" for ax in fig.axes for line in ax.lines),
+        "clipped": any(line.get_marker() == "^" for ax in fig.axes for line in ax.lines),
+    }
+    assert all(kinds.values())  # each kind is drawn, and each is named in the legend:
+    assert [text.split(":")[0] for text in texts[2:]] == ["shaded", "dotted", "above the axis"]
+    assert fig.get_supxlabel() == caption
+
+
+def test_marks_not_drawn_are_not_in_the_legend():
+    fig = curves_figure({"acc": {"s": {"a": _curve([0.1, 0.2])}}})
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["a"]
+
+
+def test_one_diverged_value_is_drawn_at_the_top_without_flattening_the_rest():
+    diverging = np.r_[np.linspace(0.3, 0.5, 9), 1e29]
+    panels = {
+        "div": {
+            "s": {"fedavg": _curve(np.linspace(0.3, 0.6, 10)), "fedbr": _curve(diverging)},
+            "t": {"fedavg": _curve(np.linspace(0.2, 0.4, 10))},
+        }
+    }
+    fig = curves_figure(panels)
+    low, high = fig.axes[0].get_ylim()
+    assert fig.axes[1].get_ylim() == (low, high)  # one y axis per row
+    assert 0.6 < high < 0.7 and 0.1 < low < 0.2  # the finite values' range and a margin
+    (marker,) = [line for line in fig.axes[0].lines if line.get_marker() == "^"]
+    assert list(marker.get_xdata()) == [10] and list(marker.get_ydata()) == [high]
+    assert marker.get_color() == "C1" and not marker.get_clip_on()
+
+
+def test_a_one_round_spike_over_seeds_moves_neither_end_of_the_axis():
+    # tct_fmnist's scaffold: one seed at 1e29 in round 10, so its mean and ± std band there
+    spike = Curve(
+        np.r_[np.full(9, 0.5), 0.7e29, np.full(10, 0.5)],
+        np.r_[np.full(9, 0.1), 1e29, np.full(10, 0.1)],
+        3,
+    )
+    fig = curves_figure(
+        {"div": {"s": {"fedavg": _curve(np.linspace(0.2, 0.9, 20)), "scaffold": spike}}}
+    )
+    low, high = fig.axes[0].get_ylim()
+    assert 0.0 < low < 0.2 and 0.9 < high < 1.0
+    (marker,) = [line for line in fig.axes[0].lines if line.get_marker() == "^"]
+    assert list(marker.get_xdata()) == [10]
+
+
+def test_an_axis_without_an_outlier_fits_every_value():
+    panels = {"div": {"s": {"a": _curve([1.0, 50.0]), "b": _curve([2.0, 3.0])}}}
+    fig = curves_figure(panels)
+    low, high = fig.axes[0].get_ylim()
+    assert low <= 1.0 and high >= 50.0
+    assert not [line for line in fig.axes[0].lines if line.get_marker() == "^"]
+
+
+def test_a_heatmap_labels_every_client_and_class():
+    fig = heatmaps_figure({"p": np.arange(12 * 10).reshape(12, 10)})
+    (ax, _colorbar) = fig.axes
+    fig.canvas.draw()
+    assert _shown_ticks(ax.yaxis, ax.get_ylim()) == list(range(12))
+    assert _shown_ticks(ax.xaxis, ax.get_xlim()) == list(range(10))
+    shown = [t.get_text() for t in ax.get_yticklabels() if 0 <= t.get_position()[1] <= 11]
+    assert shown == [str(client) for client in range(12)]
+
+
+def test_a_heatmap_of_thousands_of_clients_labels_a_readable_integer_subset():
+    fig = heatmaps_figure({"p": np.ones((3000, 10))})
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    ticks = _shown_ticks(ax.yaxis, ax.get_ylim())
+    assert 10 <= len(ticks) <= 30 and all(0 <= t < 3000 for t in ticks)
+
+
+def _shown_ticks(axis, limits) -> list[float]:
+    low, high = sorted(limits)
+    ticks = [t for t in axis.get_majorticklocs() if low <= t <= high]
+    assert all(float(t).is_integer() for t in ticks), ticks  # never the cells' edges (-0.5)
+    return [int(t) for t in ticks]
+
+
+def test_identical_partitions_share_one_panel_titled_by_all():
+    skew = np.eye(4) * 10
+    fig = heatmaps_figure(
+        {"d natural, 4 clients, seed 0": skew, "d natural, 4 clients, seed 1": skew.copy()}
+        | {"d iid, 4 clients, seed 0": np.ones((4, 4))}
+    )
+    images = [ax for ax in fig.axes if any(isinstance(a, AxesImage) for a in ax.get_children())]
+    assert [ax.get_title() for ax in images] == [
+        "d natural, 4 clients, seed 0, 1",
+        "d iid, 4 clients, seed 0",
+    ]
+
+
+def test_a_natural_partition_under_two_seeds_is_one_panel(tmp_path):
+    rng = np.random.default_rng(0)
+    sites = rng.integers(0, 3, 120)
+    np.savez(
+        tmp_path / "own.npz",
+        x=rng.random((120, 4, 4), dtype=np.float32),
+        y=rng.integers(0, 3, 120),
+        client=sites,
+    )
+    data = {"dataset": "arrays", "path": str(tmp_path / "own.npz"), "test_fraction": 0.25}
+    specs = [
+        parse_spec({"seed": seed, "data": data, "partition": {"scheme": "natural"}})
+        for seed in (0, 1)
+    ]
+    histograms = {f"natural, seed {s.seed}": spec_partition(s).histogram for s in specs}
+    fig = heatmaps_figure(histograms)
+    assert sum(any(isinstance(a, AxesImage) for a in ax.get_children()) for ax in fig.axes) == 1
+
+
+def test_a_report_figure_is_written_in_every_format_at_once(tmp_path):
+    panels = {"acc": {"s": {"a": _curve([0.1, 0.2])}}}
+    written = metric_curves(panels, tmp_path / "c.png", formats=("png", "svg", "pdf"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pdf", "c.png", "c.svg"]
+    assert [p.suffix for p in written] == [".png", ".svg", ".pdf"]

@@ -117,8 +117,8 @@ def test_eval_takes_overrides_and_formats(fedhet: CliRunner, trained):
     assert table.rc == 0 and "per class" in table.stdout and "CGV" not in table.stdout
     as_csv = fedhet("eval", spec, "--format", "csv", "--cgv", store=store)
     (row,) = csv.DictReader(io.StringIO(as_csv.stdout))
-    assert row["seed"] == "3" and len(row["per_class"].split()) == 10
-    assert 0 < float(row["accuracy"]) <= 1 and float(row["cgv_total"]) > 0
+    assert row["seed"] == "3" and len(row["per_class_pct"].split()) == 10
+    assert 0 < float(row["accuracy_pct"]) <= 100 and float(row["cgv_total"]) > 0
     markdown = fedhet("eval", spec, "--format", "markdown", store=store)
     assert markdown.stdout.startswith("**tiny**") and "| accuracy % |" in markdown.stdout
     other_seed = fedhet("eval", spec, "seed=4", store=store)  # an override: a run not stored

@@ -54,9 +54,37 @@ def test_the_section_pairs_over_seeds_and_names_each_verdict():
     )
     lines = [line for line in section.splitlines() if line.startswith("| ")][1:]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
-    assert section.startswith("## Has fedavg levelled off?")
+    assert section.startswith("## Has each curve levelled off?")  # every algorithm's rows
+    assert "(fedavg first)" in section
     fedavg, vhl, other = cells
     assert fedavg[:5] == ["fedavg", "s", "21-30 vs 31-40", "3", "+0.00"]
     assert fedavg[-1] == "levelled off"
     assert vhl[4] == "+10.00" and vhl[-1] == "still rising"
     assert other[3] == "2"  # the diverged run is left out
+
+
+def test_a_two_round_run_compares_round_two_with_round_one():
+    assert quarters(2) == (range(1, 2), range(2, 3))
+    assert rise([0.5, 0.7]) == pytest.approx(0.2)
+    runs = [row(s, [0.5, 0.7 + s / 100]) for s in range(2)]
+    (cells,) = table_rows(plateau_section({("fedavg", "s"): runs}, "fedavg"))
+    # rises +20 and +21 points: every round evaluated, so never "no evaluation in a window"
+    assert cells[2:6] == ["1 vs 2", "2", "+20.50", "[+14.15, +26.85]"]
+    assert cells[-1] == "still rising"
+
+
+def test_one_round_has_nothing_to_compare_with():
+    before, _ = quarters(1)
+    assert not before
+    section = plateau_section({("fedavg", "s"): [row(0, [0.5])]}, "fedavg")
+    assert table_rows(section) == [["fedavg", "s", "-", "-", "-", "-", "-", "too few rounds (1)"]]
+
+
+def test_a_group_whose_every_run_diverged_says_so():
+    section = plateau_section({("fedavg", "s"): [row(0, [0.1, 0.2, 0.3, 0.4], 5)]}, "fedavg")
+    assert table_rows(section)[0][-1] == "every run diverged"
+
+
+def table_rows(section: str) -> list[list[str]]:
+    lines = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines]

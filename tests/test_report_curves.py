@@ -1,10 +1,11 @@
-"""The report's curves: a metric a method does not define is not drawn (centralized training's
-weight divergence, which would be a flat line at 0), and TCT's stage boundary is marked."""
+"""The report's curves and costs: a metric a method does not define is not drawn (centralized
+training's weight divergence, which would be a flat line at 0), TCT's stage boundary is marked,
+and the cost per round leaves out each run's warm-up round."""
 
 import numpy as np
 
 from fedhet.core.spec import parse_spec
-from fedhet.reports.report import seed_curves, stage_boundaries
+from fedhet.reports.report import after_warm_up, cost_table, seed_curves, stage_boundaries
 
 
 def _row(algorithm: str, spec: dict, divergence: list[float]) -> dict:
@@ -31,3 +32,22 @@ def test_undefined_metrics_are_not_drawn_and_tct_marks_its_stage_two():
     assert np.isnan(curves["centralized"].mean).all()
     assert np.allclose(curves["fedavg"].mean, 0.3)
     assert stage_boundaries(rows) == {"tct": [4]}
+
+
+def _timed(algorithm: str, seconds: list[float]) -> dict:
+    metrics = {name: np.ones(len(seconds)) for name in ("bytes_up", "bytes_down", "comm_rounds")}
+    return {
+        "algorithm": algorithm,
+        "setting": "s",
+        "group": algorithm,
+        "metrics": {**metrics, "wall_time": np.asarray(seconds)},
+    }
+
+
+def test_the_cost_per_round_leaves_out_each_runs_first_round():
+    # fedavg's first run holds the process's warm-up in its first round (3.1 s against 0.5 s)
+    rows = [_timed("fedavg", [3.1, 0.5, 0.5]), _timed("fedprox", [0.6, 1.0, 1.0])]
+    table = cost_table(rows).splitlines()
+    cells = {line.split(" | ")[0][2:]: line.split(" | ")[3:5] for line in table[2:]}
+    assert cells == {"fedavg": ["0.500", "1.00"], "fedprox": ["1.000", "2.00"]}
+    assert list(after_warm_up(np.array([2.0]))) == [2.0]  # one round: all there is

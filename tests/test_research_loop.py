@@ -170,7 +170,7 @@ def test_runs_lists_results_and_filters(fedhet: CliRunner, trained: tuple[Path, 
         ("scaffold", 1, "stored"), ("fedavg", 2, rows[4]["state"]), ("scaffold", 2, "missing"),
     ]  # fmt: skip
     stored = [r for r in rows if r["state"] == "stored"]
-    assert all(0 < r["final"] <= r["best_test"] <= 1 for r in stored)
+    assert all(0 < r["final_pct"] <= r["best_test_pct"] <= 100 for r in stored)
     assert all(r["rounds"] == 2 and r["wall_time_s"] > 0 for r in stored)
     scaffold = as_json(
         fedhet("runs", spec, "--algorithm", "scaffold", "--format", "json", store=store)
@@ -252,8 +252,8 @@ def test_tables_fit_80_columns_without_cutting_values(fedhet: CliRunner, trained
         assert lines and max(map(len, lines)) <= 80, (command, result.stdout)
         assert "…" not in result.stdout, (command, result.stdout)
     runs = fedhet("runs", spec, env=env).stdout
-    best = as_json(fedhet("runs", spec, "--format", "json", store=store))[0]["best_test"]
-    assert f"{100 * best:.2f}" in runs  # accuracies in %
+    best = as_json(fedhet("runs", spec, "--format", "json", store=store))[0]["best_test_pct"]
+    assert f"{best:.2f}" in runs  # accuracies in %, as in the JSON
 
 
 def test_every_table_command_speaks_every_format(fedhet: CliRunner, trained):

@@ -268,7 +268,7 @@ def test_a_choice_at_the_grids_edge_is_flagged_then_extended_reusing_the_stored_
     first = fedhet("tune", spec, "--trials", "--format", "json", store=store)
     assert first.rc == 0, first.stderr
     trials = json.loads(first.stdout)
-    scores = {t["values"]: t["val_score"] for t in trials}
+    scores = {t["values"]: t["val_score_pct"] for t in trials}
     assert scores["lr=0.01"] > scores["lr=0.003"] > scores["lr=0.001"]  # as the spec intends
     flag = "fedavg (iid): lr=0.01 is the highest value tried: the optimum may lie above; extend "
     (warning,) = [line for line in first.stderr.splitlines() if line.startswith("warning:")]
@@ -280,7 +280,7 @@ def test_a_choice_at_the_grids_edge_is_flagged_then_extended_reusing_the_stored_
     ]
     report = fedhet("report", spec, "--tuned", "--train", "--out", tmp_path / "r", store=store)
     assert report.rc == 0, report.stderr
-    section = report.stdout.split("## Tuning")[1].split("\n## ")[0]
+    section = (tmp_path / "r" / "edge.md").read_text().split("## Tuning")[1].split("\n## ")[0]
     assert f"- {flag}the grid" in section and "| lr=0.01 highest |" in section
     before = _train_keys(store)
 
@@ -297,7 +297,7 @@ def test_a_choice_at_the_grids_edge_is_flagged_then_extended_reusing_the_stored_
     assert "computing (fedavg trial 3 (lr=0.03), iid, seed 7)" in extended.stderr
     rows = json.loads(extended.stdout)
     assert [r["values"] for r in rows] == ["lr=0.001", "lr=0.003", "lr=0.01", "lr=0.03"]
-    same = ("values", "val_score", "keys")
+    same = ("values", "val_score_pct", "keys")
     assert [[r[c] for c in same] for r in rows[:3]] == [[t[c] for c in same] for t in trials]
     assert _train_keys(store) > before and len(_train_keys(store) - before) == 1
 

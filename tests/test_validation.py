@@ -275,7 +275,7 @@ def test_train_with_a_validation_split_and_the_report_labels_the_selection(
     assert "## Test accuracy at the best validation round" in text
     assert "### Test accuracy at the best validation round" in text
     assert "### Best test accuracy" in text and "### Final test accuracy" in text
-    assert "| best test | test at best val | final test |" in text
+    assert "| best test % | test at best val % | final test % |" in text
     trained_table = trained.stdout
     assert "best test %" in trained_table and "test at best val %" in trained_table
     refused = run("train", str(path), "data.validation=1")

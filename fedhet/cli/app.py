@@ -23,6 +23,7 @@ from rich.table import Table
 from fedhet import __version__
 from fedhet.cli import crash, signals
 from fedhet.cli.output import Column, Format, present, show
+from fedhet.core import units
 from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.memory_check import require_models_fit
 from fedhet.core.spec import Spec, expand, load_mapping, load_spec, replaced_axes
@@ -169,17 +170,11 @@ def spec_show(path: SpecPath, overrides: OverridesArg = None, only: OnlyOpt = No
     import yaml
 
     from fedhet.core.spec import applicable_dump
-    from fedhet.data.datasets import load_data
-    from fedhet.models import build_model
 
     # plain print: rich would wrap long lines and break the YAML
     print(yaml.safe_dump(applicable_dump(spec), sort_keys=False))
-    try:
-        ds = load_data(spec.data, seed=spec.seed)
-    except InputError:
-        return
-    model = build_model(spec.model, ds.shape, ds.num_classes, spec.seed)
-    out.print(f"# model split points: {', '.join(model.split_points())}")
+    # known from the spec alone: no dataset loaded, no model built (and no torch imported)
+    out.print(f"# model split points: {', '.join(spec.model.split_points())}")
 
 
 @spec_app.command("hash", epilog=_example("fedhet spec hash specs/quickstart.yaml seed=1"))
@@ -358,7 +353,7 @@ def train(
     ray_at = ray_address or ("local" if ray else None)
     rows, failures = _train(runs, st, jobs, ray_at, retry_diverged)
     columns = [c for c in present(RESULT_COLUMNS, rows) if any(c.key in r for r in rows)]
-    show(out, rows, columns, fmt, title=path.stem)
+    show(out, rows, columns, fmt, title=spec.name)
     if len(failures) == 1:
         raise failures[0]
     if failures:
@@ -426,7 +421,7 @@ def plan(
     ]
     if fmt in (Format.csv, Format.json):
         columns = [*columns[:-1], Column("seconds_left", "seconds_left", "seconds")]
-    show(out, rows, columns, fmt, title=path.stem)
+    show(out, rows, columns, fmt, title=spec.name)
     if fmt in (Format.table, Format.markdown):
         out.print(summary)
 
@@ -512,10 +507,10 @@ def tune(
     outcome = run_tune(spec, section, st, Options(jobs), view, err)
     if trials:
         rows = trial_rows(outcome)
-        show(out, rows, present(TRIAL_COLUMNS, rows), fmt, title=f"{path.stem}: trials")
+        show(out, rows, present(TRIAL_COLUMNS, rows), fmt, title=f"{spec.name}: trials")
     else:
         rows = selection_rows(outcome)
-        show(out, rows, present(TUNE_COLUMNS, rows), fmt, title=f"{path.stem}: chosen")
+        show(out, rows, present(TUNE_COLUMNS, rows), fmt, title=f"{spec.name}: chosen")
     for note in edge_notes(outcome):
         err.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
 
@@ -568,7 +563,7 @@ def runs(
         if (algorithm is None or r["algorithm"] == algorithm)
         and (state is None or r["state"] == state)
     ]
-    show(out, rows, present(RUN_COLUMNS, rows), fmt, title=path.stem)
+    show(out, rows, present(RUN_COLUMNS, rows), fmt, title=spec.name)
 
 
 TrainOpt = Annotated[
@@ -587,7 +582,8 @@ def _stored_runs(
 
     runs = runs_of(spec)
     if not train:
-        require_stored(runs, store, shlex.join([str(path), *(overrides or ())]))
+        command = shlex.join(["fedhet", "train", str(path), *(overrides or ())])
+        require_stored(runs, store, f"run `{command}` first or pass --train")
     return runs
 
 
@@ -599,15 +595,15 @@ EVAL_COLUMNS = [
     Column("accuracy", "accuracy %", "pct"),
     Column("own_angle", "own angle %", "pct", optional=True),
     Column("loss", "loss", "number"),
-    Column("per_class", "per class"),
-    Column("per_client", "per client (train samples)"),
+    Column("per_class", "per class %"),
+    Column("per_client", "per client % (train samples)"),
 ]
 CLIENT_TEST_COLUMNS = [  # over the clients' accuracies on their own test sets
     Column("client_test_mean", "client mean %", "pct"),
     Column("client_test_worst_decile", "worst 10% %", "pct"),
     Column("client_test_std", "client std %", "pct"),
 ]
-CLIENT_TEST_LIST = Column("client_test", "per client (own test set)")
+CLIENT_TEST_LIST = Column("client_test", "per client % (own test set)")
 CGV_COLUMNS = [
     Column(f"cgv_{part}", f"CGV {part}", "number") for part in ("total", "features", "head")
 ]
@@ -650,7 +646,7 @@ def evaluate(
         for run in runs
     ]
     if as_json or fmt is Format.json:  # the reports as they are, lists and all
-        print(json.dumps(reports, indent=2))
+        print(json.dumps([units.shown_row(report) for report in reports], indent=2))
         return
     readable = fmt is not Format.csv
     rows = [_eval_row(report, readable) for report in reports]
@@ -677,7 +673,7 @@ def _spread_text(row: dict) -> str:
     if row.get("client_test_mean") is None:
         return "not measured"
     return ", ".join(
-        f"{column.header.removesuffix(' %')} {100 * row[column.key]:.2f}%"
+        f"{column.header.removesuffix(' %')} {units.percent(row[column.key]):.2f}%"
         for column in CLIENT_TEST_COLUMNS
     )
 
@@ -688,7 +684,8 @@ def _eval_row(report: dict, readable: bool) -> dict:
     parts as numbers (none for a model that is no network, like TCT's)."""
 
     def joined(values: list[float] | None) -> str:
-        return " ".join(f"{v:.3f}" if readable else repr(v) for v in values or ())
+        shown = map(units.percent, values or ())
+        return " ".join(f"{v:.1f}" if readable else repr(v) for v in shown)
 
     variance = {f"cgv_{part}": value for part, value in (report.get("cgv") or {}).items()}
     lists = ("per_class", "per_client", "client_test")
@@ -701,17 +698,22 @@ def _eval_row(report: dict, readable: bool) -> dict:
 @app.command(
     "report",
     epilog=_example(
-        "fedhet report specs/quickstart.yaml --out reports",
-        "fedhet report specs/quickstart.yaml federation.rounds=50 --train",
+        "fedhet report specs/quickstart.yaml",
+        "fedhet report specs/quickstart.yaml federation.rounds=50 --train --out results",
     ),
 )
 def report(
     path: SpecPath,
     overrides: OverridesArg = None,
     only: OnlyOpt = None,
-    out_dir: Annotated[Path, typer.Option("--out", help="folder for the .md and .png")] = Path(
-        "reports"
-    ),
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="folder for the .md and .png (default: report, in the working directory)",
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOpt = None,
     data_root: DataRootOpt = None,
     train: TrainOpt = False,
@@ -745,12 +747,14 @@ def report(
         ),
     ] = False,
 ) -> None:
-    """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves."""
+    """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves
+    into a markdown file and PNG, SVG and PDF figures; prints the main table and where the rest
+    is."""
     spec, st = _load(path, data_root, overrides, only), ArtifactStore(store)
-    from fedhet.reports.comparison import FLOOR_ACCURACY
-    from fedhet.reports.report import write_report
+    from fedhet.reports.comparison import FLOOR_POINTS
+    from fedhet.reports.report import DEFAULT_FOLDER, summary, write_report
 
-    minimum = FLOOR_ACCURACY if floor is None else floor / 100
+    minimum = units.fraction(FLOOR_POINTS if floor is None else floor)
     section = None
     if tuned:
         spec, runs, section = _tuned_runs(path, spec, st, train, overrides)
@@ -758,9 +762,9 @@ def report(
         runs = _stored_runs(path, spec, st, train, overrides)
     if train and jobs is not None:  # in parallel first; a failed run is a row of the report
         _train(runs, st, jobs, None, retry_diverged=False)
-    md, png = write_report(spec, runs, st, out_dir, err, train, baseline, minimum, section)
-    out.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
-    out.print(f"wrote {md} and {png}")
+    folder = DEFAULT_FOLDER if out_dir is None else out_dir
+    md, _ = write_report(spec, runs, st, folder, err, train, baseline, minimum, section)
+    out.print(summary(md), markup=False, highlight=False, soft_wrap=True)
 
 
 def _tuned_runs(
@@ -1013,7 +1017,10 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
+    except typer.Abort as exc:
+        if isinstance(exc.__cause__, EOFError):  # click's Abort for an EOFError: no interrupt
+            _say(crash.report(exc.__cause__, debug=_debug_requested()))
+            sys.exit(1)
         _say("aborted")
         sys.exit(130)
     except typer.TyperException as exc:

@@ -1,9 +1,12 @@
 """A command's result rows as a table for people (fitting the terminal: labels wrap between words,
 the leftmost first kept whole where the width allows; numbers never wrap), or as markdown, CSV or
-JSON for other programs.
+JSON for other programs. A table piped to another program (no terminal, no COLUMNS asking for a
+width) keeps every cell whole on one line, however wide.
 
-Tables and markdown show formatted cells (accuracies in %, times in seconds); CSV and JSON keep the
-raw values under the columns' keys (accuracies as fractions, NaN as empty/null).
+Every format shows the rows' stored quantities in their shown units (fedhet.core.units: accuracies
+in percent). Tables and markdown show formatted cells (accuracies to 2 decimals, times in
+seconds); CSV and JSON the values in full under the columns' shown names (`best_test_pct`; NaN as
+empty/null).
 """
 
 from __future__ import annotations
@@ -12,13 +15,17 @@ import csv
 import io
 import json
 import math
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
+
+from fedhet.core import units
 
 
 class Format(StrEnum):
@@ -35,7 +42,9 @@ Kind = Literal["text", "number", "pct", "seconds", "megabytes"]
 class Column:
     key: str
     header: str
-    kind: Kind = "text"  # text wraps in a narrow terminal; every other kind is kept whole
+    # text wraps in a narrow terminal; every other kind is kept whole. pct: a quantity stored as
+    # a fraction (its key is in units.FRACTIONS), shown in percent
+    kind: Kind = "text"
     optional: bool = False  # shown only when some row has a value
 
     @property
@@ -59,8 +68,8 @@ def cell(value: Any, kind: Kind) -> str:
         return "-"
     if not isinstance(value, int | float) or isinstance(value, bool):
         return str(value)
-    if kind == "pct":
-        return f"{100 * value:.2f}"
+    if kind == "pct":  # already in percent (render converts)
+        return f"{value:.2f}"
     if kind == "seconds":
         return f"{value:.1f}"
     if kind == "megabytes":
@@ -83,10 +92,13 @@ def render(
     columns: Sequence[Column],
     fmt: Format,
     title: str | None = None,
-    width: int = 80,
+    width: int | None = 80,
 ) -> str | Table:
-    """A rich Table for `table` (print it on a console `width` wide), text for the other
-    formats."""
+    """A rich Table for `table` (print it on a console `width` wide; None: its cells whole, as
+    wide as they need), text for the other formats; the rows hold stored quantities
+    (accuracies as fractions)."""
+    rows = [units.shown_row(row) for row in rows]
+    columns = [replace(c, key=units.shown_name(c.key)) for c in columns]
     if fmt is Format.table:
         return _table(rows, columns, title, width)
     if fmt is Format.markdown:
@@ -109,13 +121,24 @@ def show(
     fmt: Format,
     title: str | None = None,
 ) -> None:
-    """Print the rows; text formats go out unwrapped (a pipe gets them verbatim)."""
-    rendered = render(rows, columns, fmt, title, console.width)
-    if isinstance(rendered, Table):
-        console.print(rendered)
-    else:
+    """Print the rows; text formats go out unwrapped (a pipe gets them verbatim), and so does a
+    table (`piped`)."""
+    whole = piped(console)
+    rendered = render(rows, columns, fmt, title, None if whole else console.width)
+    if not isinstance(rendered, Table):
         console.file.write(rendered)
         console.file.flush()
+    elif whole:  # a console as wide as the table: rich never folds or crops a cell
+        wide = Measurement.get(console, console.options.update_width(1_000_000), rendered)
+        Console(file=console.file, width=wide.maximum, no_color=True).print(rendered)
+    else:
+        console.print(rendered)
+
+
+def piped(console: Console) -> bool:
+    """Whether `console` writes to another program or a file, with no width asked for
+    (COLUMNS): its tables then keep every cell whole."""
+    return not console.is_terminal and "COLUMNS" not in os.environ
 
 
 # A table's width besides its cells': each column's border and padding, and the right edge;
@@ -124,9 +147,11 @@ _PER_COLUMN, _EDGE, _COMPACT = 3, 1, 4
 
 
 def _table(
-    rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None, width: int
+    rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str | None, width: int | None
 ) -> Table:
     cells = [[cell(row.get(c.key), c.kind) for c in columns] for row in rows]
+    if width is None:
+        return _whole_table(cells, columns, title)
     texts = [[col.header, *(r[i] for r in cells)] for i, col in enumerate(columns)]
     natural = [max(map(len, column)) for column in texts]
     budget = width - _EDGE - _PER_COLUMN * len(columns)
@@ -144,6 +169,15 @@ def _table(
             table.add_column(col.header, justify="right", no_wrap=True)
         else:  # folds mid-word only when the words themselves cannot fit
             table.add_column(col.header, overflow="fold", width=widths.get(i))
+    for row in cells:
+        table.add_row(*row)
+    return table
+
+
+def _whole_table(cells: list[list[str]], columns: Sequence[Column], title: str | None) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col.header, justify="right" if col.numeric else "left", no_wrap=True)
     for row in cells:
         table.add_row(*row)
     return table

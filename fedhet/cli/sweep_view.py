@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from fedhet.core import units
 from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import PROGRESS
 from fedhet.core.store import ArtifactStore
@@ -44,6 +45,10 @@ class Rounds:
 def _duration(seconds: float) -> str:
     minutes, seconds = divmod(round(seconds), 60)
     return f"{minutes}:{seconds:02d}"
+
+
+def _percent(accuracy: float) -> str:
+    return f"{units.percent(accuracy):.2f}"
 
 
 def _reason(error: BaseException) -> str:
@@ -121,7 +126,7 @@ class SweepView(AbstractContextManager):
         rounds = self._rounds.get(key)
         if node.state == scheduler.RUNNING and rounds is not None:
             eta = _duration(rounds.eta_s(time.monotonic()))
-            accuracy = "" if rounds.accuracy != rounds.accuracy else f"{rounds.accuracy:.4f}"
+            accuracy = "" if rounds.accuracy != rounds.accuracy else _percent(rounds.accuracy)
             return state, f"round {rounds.done} of {rounds.total}", accuracy, eta
         probe = PROGRESS.get(stage)  # no reports (yet, or from Ray): what the checkpoints say
         partial = self.store.partial_dir(stage, key)
@@ -134,12 +139,12 @@ class SweepView(AbstractContextManager):
         if run.node.key not in self._accuracies:
             group = self.store.open(run.node.stage, run.node.key)
             acc = stored_metrics(group).get("test_accuracy")
-            self._accuracies[run.node.key] = f"{acc[-1]:.4f}" if acc else ""
+            self._accuracies[run.node.key] = _percent(acc[-1]) if acc else ""
         return self._accuracies[run.node.key]
 
     def table(self) -> Table:
         table = Table(title=f"sweep: {time.monotonic() - self.started:.0f} s")
-        for column in ("run", "state", "progress", "accuracy", "ETA"):
+        for column in ("run", "state", "progress", "accuracy %", "ETA"):
             table.add_column(column)
         for run in self.runs:
             table.add_row(run.label, *self._row(run))

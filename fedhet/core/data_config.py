@@ -11,6 +11,11 @@ the "package.module:function" that returns its data, imported on first use:
 Randomness in a loader comes from `seed` (the spec's) only. The arrays are checked against the
 description (`check_arrays`) and used as given, as float32 features: the image options
 (`channels`, `resize`, `scale`) are fedhet's built-in image datasets' only.
+
+`identity()` (e.g. a file's content hash) enters the keys. A config keeps the first identity it
+computes, the one its runs were planned with (`keyed_identity`), and loading refuses data whose
+identity differs: a file replaced while fedhet runs stops the run in one line naming the file
+instead of storing a result under a key that names other data.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
-from pydantic import ValidationError, model_validator
+from pydantic import PrivateAttr, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from fedhet.core.errors import InputError
@@ -36,8 +41,11 @@ class DataInfo(NamedTuple):
 
 class DataConfig(DataSpec):
     loader: ClassVar[str]  # "package.module:function", see the module docstring
+    # identity() entries that hash a file's (or folder's) content -> the field naming that file
+    hashed_files: ClassVar[dict[str, str]] = {}
 
     dataset: str
+    _keyed: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
 
     def describe(self) -> DataInfo:
         raise NotImplementedError
@@ -46,6 +54,33 @@ class DataConfig(DataSpec):
         """What enters the partition's key (hence every key built on it) besides the dataset's
         name: by default its own fields. A dataset read from a file gives the file's hash."""
         return self.model_dump(mode="json", exclude=set(DataSpec.model_fields))
+
+    def keyed_identity(self, found: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The identity the keys name: the first this config computed (when its runs were
+        planned). `found` (default: `identity()` now), the identity of the data at hand, must
+        equal it: InputError naming the file that changed otherwise."""
+        found = self.identity() if found is None else found
+        keyed = self._keyed.setdefault("identity", found)
+        if found != keyed:
+            raise InputError(self._changed(keyed, found))
+        return keyed
+
+    def adopt_identity(self, keyed: dict[str, Any]) -> None:
+        """Take `keyed` as the identity the keys name (runs planned in another process);
+        InputError naming the file when the data here differ."""
+        self._keyed.setdefault("identity", keyed)
+        self.keyed_identity()
+
+    def _changed(self, keyed: dict[str, Any], found: dict[str, Any]) -> str:
+        entry = next(e for e in sorted(keyed.keys() | found.keys()) if keyed.get(e) != found.get(e))
+        field = self.hashed_files.get(entry)
+        what = f"data.{field}: {getattr(self, field)}" if field else f"data ({self.dataset})"
+        then, now = (str(identity.get(entry))[:12] for identity in (keyed, found))
+        return (
+            f"{what} changed while fedhet was using it ({entry} {then} when its runs were "
+            f"planned, {now} now), so no run was stored on it; leave it unchanged while fedhet "
+            "runs and run the command again"
+        )
 
     @model_validator(mode="after")
     def _used_as_given(self) -> DataConfig:
@@ -107,8 +142,28 @@ def _check_features(x: np.ndarray, shape: tuple[int, int, int], where: str) -> N
             f"{where}: shape {x.shape}; give one row per sample of {math.prod(shape)} values "
             f"(samples of shape {shape})"
         )
-    if x.dtype.kind == "f" and not np.isfinite(x).all():
-        raise InputError(f"{where}: holds NaN or infinite values; remove or impute them")
+    problem = feature_problem(x)
+    if problem is not None:
+        raise InputError(f"{where}: {problem}")
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def feature_problem(x: np.ndarray) -> str | None:
+    """What keeps real-valued features `x` from training as float32 (NaN, infinite values, or
+    values past float32's range); None when nothing does."""
+    if x.dtype.kind != "f":
+        return None  # integers up to int64's range are finite in float32
+    if not np.isfinite(x).all():
+        return "holds NaN or infinite values; remove or impute them"
+    peak = float(max(x.max(), -x.min())) if x.size else 0.0
+    if peak > FLOAT32_MAX:  # finite in float64, infinite once trained in float32
+        return (
+            f"holds values up to {peak:.3g} in magnitude, past float32's range "
+            f"({FLOAT32_MAX:.3g}), the dtype fedhet trains in; rescale them"
+        )
+    return None
 
 
 def _check_ids(ids: np.ndarray, rows: int, count: int, where: str, what: str) -> None:

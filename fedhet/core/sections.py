@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import types
+from functools import cache
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
 
 
 class OmitIfDefault:
@@ -29,9 +31,60 @@ MAX_THREADS = 1024
 MAX_FACTOR = 10**6  # floats that scale a count or a distribution (alpha, epochs)
 
 
+def _kinds(annotation: Any) -> set[Any]:
+    """The types a field of type `annotation` takes: a union's members, Annotated's stripped."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _kinds(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return set().union(*(_kinds(member) for member in get_args(annotation)))
+    return {annotation}
+
+
+@cache
+def _number_error(annotation: Any) -> str | None:
+    """pydantic's error type for a boolean given to a field of this type when the field takes a
+    number (an int or a float, maybe None) and no boolean; None for any other field."""
+    kinds = _kinds(annotation)
+    if bool in kinds:
+        return None
+    return "int_type" if int in kinds else "float_type" if float in kinds else None
+
+
+@cache
+def _item_type(annotation: Any) -> Any:
+    """The type of the items of a list or tuple field (its first's: `tuple[float, float]`)."""
+    sequences = [k for k in _kinds(annotation) if get_origin(k) in (list, tuple)]
+    return get_args(sequences[0])[0] if sequences else None
+
+
+def _boolean_number(annotation: Any, value: Any, loc: tuple) -> dict[str, Any] | None:
+    """The validation error of the first boolean in `value` (an item of a list or tuple too)
+    where `annotation` takes a number; None when there is none."""
+    if isinstance(value, bool):
+        kind = _number_error(annotation)
+        return None if kind is None else {"type": kind, "loc": loc, "input": value}
+    item = _item_type(annotation) if isinstance(value, list | tuple) else None
+    if item is None:
+        return None
+    found = (_boolean_number(item, v, (*loc, i)) for i, v in enumerate(value))
+    return next((error for error in found if error is not None), None)
+
+
 class Section(BaseModel):
     # inf/nan would pass range checks like gt=0 and cannot enter a key
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        """true/false given for a count or another number (pydantic would read true as 1)."""
+        for name, value in data.items() if isinstance(data, dict) else ():
+            field = cls.model_fields.get(name)
+            error = None if field is None else _boolean_number(field.annotation, value, (name,))
+            if error is not None:
+                raise ValidationError.from_exception_data(cls.__name__, [error])
+        return data
 
     @model_serializer(mode="wrap")
     def _leave_out_omitted(self, handler: Any) -> dict[str, Any]:

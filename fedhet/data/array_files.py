@@ -2,16 +2,21 @@
 dtypes and labels checked and its content hashed (for the keys).
 
 - `.npz`: `x` (N x D, N x H x W or N x C x H x W real features), `y` (N integer labels) and,
-  optionally, `client` (N client ids, integers or strings).
+  optionally, `client` (N client ids, integers or strings); other arrays are left out, with a
+  warning naming them.
 - `.parquet`: a column `y`, optionally a column `client`, and the features: every other column
   (one numeric column per feature, in the file's order).
 
-Files are read once per process and content (`read_file` is cached by path, size and mtime).
+A file is read once per process and content (`read_file` is cached by path, size and mtime):
+its bytes are read into memory in one pass, hashed, and parsed from there, so the hash names
+exactly the bytes the arrays come from.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import logging
 import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,11 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fedhet.core.data_config import sample_shape
+from fedhet.core.data_config import feature_problem, sample_shape
 from fedhet.core.errors import InputError
 
 SUFFIXES = (".npz", ".parquet")
-_CHUNK = 1 << 20
+NPZ_ARRAYS = ("x", "y", "client")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,31 +57,51 @@ def read_file(path: str) -> ArrayFile:
 
 @lru_cache(maxsize=4)
 def _read(resolved: Path, size: int, mtime_ns: int, path: str) -> ArrayFile:
+    try:
+        content = resolved.read_bytes()
+    except OSError as err:
+        raise InputError(f"{path}: cannot be read ({err.strerror}); check the file") from None
+    if not content:
+        raise InputError(f"{path}: an empty file (0 bytes); save your arrays into it")
     reader = _read_npz if resolved.suffix == ".npz" else _read_parquet
     try:
-        x, y, client = reader(resolved, path)
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        x, y, client = reader(io.BytesIO(content), path)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"{path}: cannot be read ({err}); save it again") from None
     _check(x, y, client, path)
-    return ArrayFile(x, y, client, _sha256(resolved))
+    return ArrayFile(x, y, client, hashlib.sha256(content).hexdigest())
 
 
-def _read_npz(resolved: Path, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    with np.load(resolved, allow_pickle=False) as arrays:
+def _read_npz(content: io.BytesIO, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    if not zipfile.is_zipfile(content):
+        raise InputError(
+            f"{path}: not a .npz archive (the zip of arrays that np.savez writes); save your "
+            "arrays with np.savez(path, x=..., y=...)"
+        )
+    content.seek(0)
+    with np.load(content, allow_pickle=False) as arrays:
         missing = [name for name in ("x", "y") if name not in arrays.files]
         if missing:
             raise InputError(
                 f"{path}: no array {' or '.join(missing)} (it holds {', '.join(arrays.files)}); "
                 "save features as x and labels as y (np.savez(path, x=..., y=...))"
             )
+        unused = [name for name in arrays.files if name not in NPZ_ARRAYS]
+        if unused:
+            log.warning(
+                f"{path}: arrays {', '.join(unused)} are not used (fedhet reads "
+                f"{', '.join(NPZ_ARRAYS)}); leave them out to silence this"
+            )
         client = arrays["client"] if "client" in arrays.files else None
         return arrays["x"], arrays["y"], client
 
 
-def _read_parquet(resolved: Path, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _read_parquet(
+    content: io.BytesIO, path: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     import pyarrow.parquet as pq
 
-    table = pq.read_table(resolved)
+    table = pq.read_table(content)
     if "y" not in table.column_names:
         raise InputError(f"{path}: no column y; name the label column y")
     features = [name for name in table.column_names if name not in ("y", "client")]
@@ -100,12 +127,15 @@ def _check(x: np.ndarray, y: np.ndarray, client: np.ndarray | None, path: str) -
         raise InputError(f"{path}: x holds {x.dtype} values; give real-valued numeric features")
     if x.ndim < 2:
         raise InputError(f"{path}: x has shape {x.shape}; give one row of features per sample")
+    if not len(x):
+        raise InputError(f"{path}: x holds no samples (shape {x.shape}); give at least one row")
     try:
         sample_shape(x.shape[1:])
     except ValueError as err:
         raise InputError(f"{path}: x: {err}") from None
-    if x.dtype.kind == "f" and not np.isfinite(x).all():
-        raise InputError(f"{path}: x holds NaN or infinite values; remove or impute them")
+    problem = feature_problem(x)
+    if problem is not None:
+        raise InputError(f"{path}: x {problem}")
     if y.ndim != 1 or y.dtype.kind not in "iu":
         raise InputError(f"{path}: y is {y.dtype} of shape {y.shape}; give 1-D integer labels")
     if len(y) and y.min() < 0:
@@ -115,11 +145,3 @@ def _check(x: np.ndarray, y: np.ndarray, client: np.ndarray | None, path: str) -
             raise InputError(f"{path}: {name} has {len(values)} values for the {len(x)} rows of x")
     if client is not None and (client.ndim != 1 or client.dtype.kind not in "iuU"):
         raise InputError(f"{path}: client is {client.dtype}; give 1-D integer or string ids")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()

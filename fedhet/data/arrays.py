@@ -8,7 +8,8 @@ not used) or, without one, `test_fraction` of each client's samples of each clas
 half up, fedhet.data.validation), held out by a fixed generator: every experiment seed tests
 on the same samples. Client ids, sorted, become clients 0..K-1 (`partition: {scheme:
 natural}`). The files' content hashes, not their paths, enter the keys: a changed file
-recomputes, a moved one does not.
+recomputes, a moved one does not; a file changed while fedhet runs is refused when loaded
+(`DataConfig.keyed_identity`). Labels make at most MAX_CLASSES classes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ _SPLIT_SEED = 20250101  # fixed: the held-out test split never depends on an exp
 
 class ArraysData(DataConfig):
     loader: ClassVar[str] = "fedhet.data.arrays:load"
+    hashed_files: ClassVar[dict[str, str]] = {"sha256": "path", "test_sha256": "test"}
 
     dataset: Literal["arrays"] = "arrays"
     path: str = Field(description="a .npz or .parquet file, relative to the working directory")
@@ -61,9 +63,16 @@ class ArraysData(DataConfig):
                     files[field] = self.read(value)
             except InputError as err:
                 return field, str(err).removeprefix(f"{value}: ")
+        for field, file in files.items():
+            if file.y.max() >= MAX_CLASSES:  # however the classes are found, as `classes`'s
+                found = "class folders" if file.names else f"labels up to {file.y.max()}"
+                return field, (
+                    f"{file.y.max() + 1:,} classes ({found}), past fedhet's limit of "
+                    f"{MAX_CLASSES:,}; give at most {MAX_CLASSES:,} classes, numbered from 0"
+                )
         classes = self._classes()
         for field, file in files.items():
-            if len(file.y) and file.y.max() >= classes:
+            if file.y.max() >= classes:
                 return field, (
                     f"label {file.y.max()} outside 0..{classes - 1} (classes: {classes}); "
                     "raise data.classes or fix the labels"
@@ -82,7 +91,7 @@ class ArraysData(DataConfig):
 
     def _classes(self) -> int:
         files = [self.read(f) for f in (self.path, self.test) if f is not None]
-        return self.classes or 1 + max(int(f.y.max()) if len(f.y) else 0 for f in files)
+        return self.classes or 1 + max(int(f.y.max()) for f in files)
 
     def describe(self) -> DataInfo:
         train = self.read(self.path)
@@ -91,9 +100,17 @@ class ArraysData(DataConfig):
         return DataInfo(sample_shape(train.x.shape[1:]), self._classes(), samples, clients)
 
     def identity(self) -> dict[str, Any]:
-        found = {"sha256": self.read(self.path).sha256}
-        if self.test is not None:
-            found["test_sha256"] = self.read(self.test).sha256
+        return self.identity_of(self.read(self.path), self.test_file())
+
+    def test_file(self) -> ArrayFile | None:
+        """The checked arrays of the test file; None without one (the test split is held out)."""
+        return None if self.test is None else self.read(self.test)
+
+    def identity_of(self, train: ArrayFile, test: ArrayFile | None) -> dict[str, Any]:
+        """The identity of data read from the files `train` and `test`."""
+        found = {"sha256": train.sha256}
+        if test is not None:
+            found["test_sha256"] = test.sha256
         else:
             found["test_fraction"] = self.test_fraction
         if self.classes is not None:
@@ -102,11 +119,12 @@ class ArraysData(DataConfig):
 
 
 def load(config: ArraysData, seed: int) -> ArrayData:
-    """The file's arrays, the test split given or held out (see the module docstring)."""
-    train = config.read(config.path)
+    """The file's arrays, the test split given or held out (see the module docstring): those of
+    the content the keys name, else InputError naming the file that changed."""
+    train, test = config.read(config.path), config.test_file()
+    config.keyed_identity(config.identity_of(train, test))
     client = None if train.client is None else np.unique(train.client, return_inverse=True)[1]
-    if config.test is not None:
-        test = config.read(config.test)
+    if test is not None:
         return ArrayData(train.x, train.y, test.x, test.y, _ids(client))
     kept, held = _held_out(train, client, config.test_fraction)
     kept_client = None if client is None else _ids(client[kept])

@@ -90,7 +90,7 @@ def load_data(data: DataSpec, name: str | None = None, seed: int | None = None) 
     if isinstance(data, DataConfig) and name is None:
         if seed is None:
             raise RunError(f"data: dataset {data.dataset} is loaded for a seed; pass the spec's")
-        return _load_plugin(data, json.dumps(data.identity(), sort_keys=True), seed)
+        return _load_plugin(data, json.dumps(data.keyed_identity(), sort_keys=True), seed)
     return load_dataset(
         name or data.dataset,
         data.root,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -39,8 +40,8 @@ class ImagesData(ArraysData):
     def read(self, path: str) -> ArrayFile:
         return read_folder(path, self.size)
 
-    def identity(self) -> dict[str, Any]:
-        return super().identity() | {"size": self.size}
+    def identity_of(self, train: ArrayFile, test: ArrayFile | None) -> dict[str, Any]:
+        return super().identity_of(train, test) | {"size": self.size}
 
 
 def read_folder(path: str, size: int | None) -> ArrayFile:
@@ -80,8 +81,15 @@ def _image(content: bytes, size: int | None, where: str):
     from PIL import Image, UnidentifiedImageError
 
     try:
-        image = Image.open(io.BytesIO(content))
-        image.load()
+        with warnings.catch_warnings():  # Pillow's warning for a large image: refused here
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(content))
+            image.load()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise InputError(
+            f"{where}: over {Image.MAX_IMAGE_PIXELS:,} pixels, more than fedhet reads (Pillow's "
+            "guard against decompression bombs); shrink the image"
+        ) from None
     except (UnidentifiedImageError, OSError) as err:
         raise InputError(f"{where}: not a readable image ({err}); remove or replace it") from None
     if size is not None:

@@ -21,5 +21,5 @@ def partition_node(spec: Spec) -> StageNode:
     if spec.data.server is not None:  # absent when off, as validation
         config["server"] = spec.data.server
     if isinstance(spec.data, DataConfig):  # a plug-in's data: what it is, e.g. its file's hash
-        config["data"] = spec.data.identity()
+        config["data"] = spec.data.keyed_identity()
     return StageNode("partition", VERSION, config)

@@ -12,6 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from fedhet.core import units
+
 LINES = 15  # what a stage prints at most (and about) when not on a terminal
 
 
@@ -33,8 +35,17 @@ def stage_progress(console: Console, enabled: bool, unit: str) -> Progress | Pro
     )
 
 
+def round_note(accuracy: float, loss: float | None = None) -> str:
+    """A round's note: `acc 81.25% loss 0.5321`, the accuracy (stored as a fraction) in percent
+    as in every table, none for a round that was not evaluated (NaN)."""
+    parts = [] if math.isnan(accuracy) else [f"acc {units.percent(accuracy):.2f}%"]
+    if loss is not None:
+        parts.append(f"loss {loss:.4f}")
+    return " ".join(parts)
+
+
 class ProgressLines(AbstractContextManager):
-    """Progress as lines (`name: round 4/20 acc 0.8125 loss 0.5321, 12s`): one each time a
+    """Progress as lines (`name: round 4/20 acc 81.25% loss 0.5321, 12s`): one each time a
     task's note comes with a multiple of its step (total / LINES, rounded up) or its last unit.
     The same calls as rich's Progress that stages use: add_task, update."""
 

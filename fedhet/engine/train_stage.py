@@ -21,7 +21,7 @@ from fedhet.engine import tensorboard, tensors
 from fedhet.engine.client_executors import executor_name
 from fedhet.engine.extension import stored_prefix
 from fedhet.engine.loop import Engine
-from fedhet.engine.progress import stage_progress
+from fedhet.engine.progress import round_note, stage_progress
 from fedhet.engine.run_format import (
     Checkpoints,
     RunState,
@@ -75,8 +75,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
 
         def on_round(rnd: int, row: dict[str, float]) -> None:
             acc = row["test_accuracy"]
-            note = ("" if acc != acc else f"acc {acc:.4f} ") + f"loss {row['train_loss']:.4f}"
-            progress.update(task, completed=rnd + 1, note=note)
+            progress.update(task, completed=rnd + 1, note=round_note(acc, row["train_loss"]))
             ctx.report(node, rnd + 1, rounds, acc)
             if events is not None:
                 events.write(rnd, row, learning_rates[rnd])

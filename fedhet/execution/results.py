@@ -69,10 +69,11 @@ def stored_divergence(run: Run, store: ArtifactStore) -> DivergedError | None:
     return divergence.recorded(store.partial_dir(run.node.stage, run.node.key))
 
 
-def require_stored(runs: list[Run], store: ArtifactStore, spec_path: str, shown: int = 5) -> None:
-    """Raise InputError, in one line naming them, when some runs' results are not in the store
-    (a run that diverged has its result: the divergence): commands that read results (eval,
-    report) train only when asked to."""
+def require_stored(runs: list[Run], store: ArtifactStore, remedy: str, shown: int = 5) -> None:
+    """Raise InputError, in one line naming them and ending with `remedy` (how to store them, in
+    the caller's words: a command line, a Python call), when some runs' results are not in the
+    store (a run that diverged has its result: the divergence): commands that read results
+    (eval, report) train only when asked to."""
     missing = [
         run
         for run in runs
@@ -84,8 +85,7 @@ def require_stored(runs: list[Run], store: ArtifactStore, spec_path: str, shown:
     if len(missing) > shown:
         names.append(f"{len(missing) - shown} more")
     raise InputError(
-        f"{len(missing)} of {len(runs)} runs are not stored ({'; '.join(names)}); run "
-        f"`fedhet train {spec_path}` first or pass --train"
+        f"{len(missing)} of {len(runs)} runs are not stored ({'; '.join(names)}); {remedy}"
     )
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from fedhet.core.data_config import DataConfig
 from fedhet.core.pipeline import StageNode
 from fedhet.core.spec import Spec
 from fedhet.execution.planning import Run, plan
@@ -12,7 +14,8 @@ from fedhet.execution.planning import Run, plan
 @dataclass(frozen=True)
 class Task:
     """What a worker needs to compute one node. It travels to other processes as the run's
-    spec (JSON) and the node's key, and is planned again there (by `planning.plan`)."""
+    spec (JSON), the identity of its data as planned here, and the node's key, and is planned
+    again there (by `planning.plan`) on that identity."""
 
     node: StageNode
     spec: Spec  # the spec the node runs under
@@ -27,13 +30,22 @@ class Task:
 
     def __reduce__(self):
         spec = self.run_spec.model_dump(mode="json", serialize_as_any=True)
-        return _replanned, (spec, self.key, self.store_root, self.labels, self.run_name)
+        data = self.run_spec.data
+        identity = data.keyed_identity() if isinstance(data, DataConfig) else None
+        return _replanned, (spec, identity, self.key, self.store_root, self.labels, self.run_name)
 
 
 def _replanned(
-    spec: dict, key: str, store_root: str, labels: dict[str, str], run_name: str | None
+    spec: dict,
+    identity: dict[str, Any] | None,
+    key: str,
+    store_root: str,
+    labels: dict[str, str],
+    run_name: str | None,
 ) -> Task:
     run_spec = Spec.model_validate(spec)
+    if identity is not None:  # a data file changed since: refused, naming it
+        run_spec.data.adopt_identity(identity)
     return _tasks_below(plan(run_spec), run_spec, store_root, labels, run_name or "")[key]
 
 

@@ -7,7 +7,10 @@ evaluations (TCT's stage 1) is compared with its reference over the same rounds,
 more of the reference's. A diverged run keeps the values of the metrics it reached before
 diverging (its best accuracy, the round it reached the target) and has none for the metrics of
 the end of a run or of the whole run (final accuracy, the last tenth's mean, the mean over the
-evaluated rounds)."""
+evaluated rounds).
+
+Values are compared as stored (accuracies as fractions); a difference is shown in its metric's
+unit (`in_unit`: percentage points for accuracies, rounds for rounds to a target)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
+from fedhet.core import units
 from fedhet.metrics.paired import CONFIDENCE, Comparison, Pairing, Value, compare, pair
 from fedhet.metrics.summary import (
     common_rounds,
@@ -30,7 +34,8 @@ DIVERGED = "diverged"
 NEVER_REACHED = "never reached"
 NOT_EVALUATED = "not evaluated"
 NO_VALIDATION = "no validation split"
-FLOOR_ACCURACY = 0.005  # the smallest difference in accuracy a verdict calls a gain: half a point
+FLOOR_POINTS = 0.5  # the smallest difference in accuracy a verdict calls a gain, in points
+FLOOR_ACCURACY = units.fraction(FLOOR_POINTS)  # the same between stored accuracies
 FLOOR_ROUNDS = 1.0  # the same for rounds to a target
 
 Rounds = Collection[int] | None  # the rounds a pair shares (None: the metric is not per round)
@@ -40,7 +45,7 @@ Rounds = Collection[int] | None  # the rounds a pair shares (None: the metric is
 class PairedMetric:
     title: str
     value: Callable[[dict, Rounds], Value]  # a report row and its pair's rounds -> its value
-    unit: str = "points"  # differences shown in percentage points, or in rounds
+    unit: str = units.POINTS  # differences shown in percentage points, or in rounds
     higher_is_better: bool = True
     per_round: bool = False  # taken over the rounds both runs of a pair evaluated
 
@@ -134,7 +139,8 @@ def compared(
     floor: float = FLOOR_ACCURACY,
 ) -> list[PairedRow]:
     """Every other algorithm against `reference` in each setting where the reference ran;
-    `floor` is the smallest difference in accuracy (a fraction) a verdict calls a gain."""
+    `floor` is the smallest difference in accuracy (as stored: a fraction) a verdict calls a
+    gain."""
     out = []
     for (algorithm, setting), group in cells.items():
         baseline = cells.get((reference, setting))
@@ -187,9 +193,14 @@ def _span(rounds: frozenset[int]) -> str:
     return f"{n} rounds from {first} to {last}"
 
 
+def in_unit(difference: float, unit: str) -> float:
+    """A difference of stored values as shown: of accuracies in points, of rounds in rounds."""
+    return units.percent(difference) if unit == units.POINTS else difference
+
+
 def paired_table(rows: list[PairedRow], unit: str) -> str:
-    def signed(value: float) -> str:  # a fraction of accuracy in points, rounds as they are
-        return f"{100 * value:+.2f}" if unit == "points" else f"{value:+.1f}"
+    def signed(value: float) -> str:
+        return f"{in_unit(value, unit):+.2f}" if unit == units.POINTS else f"{value:+.1f}"
 
     with_rounds = any(row.rounds for row in rows)
     lines = [
@@ -220,12 +231,13 @@ def paired_section(
     floor: float = FLOOR_ACCURACY,
 ) -> str:
     """One paired table per metric, or a line saying there is nothing to compare."""
+    points = units.percent(floor)
     intro = (
         f"## Paired differences against {reference}\n\nIn each setting, every other algorithm "
         f"minus {reference}, run by run over the seeds both have (pairs); mean difference, its "
         f"{100 * CONFIDENCE:.0f}% Student t interval over the pairs (df = pairs - 1), the pairs "
         "whose difference is > 0, and the verdict: ahead / behind (the interval above / below 0 "
-        f"and the mean difference at least {100 * floor:.2f} points, or {FLOOR_ROUNDS:g} round "
+        f"and the mean difference at least {points:.2f} points, or {FLOOR_ROUNDS:g} round "
         "for rounds to a target), negligible (the interval excludes 0, the mean difference is "
         "smaller), within noise (the interval contains 0), too few seeds (fewer than 2 pairs). "
         "A metric of the curve is taken, in each pair, over the rounds both runs evaluated "

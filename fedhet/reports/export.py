@@ -6,8 +6,9 @@ whose value differs between the runs (dotted paths such as `partition.alpha`, `f
 `seed`, `round` (from 1), `diverged` (the round a diverged run diverged in, null for the others:
 its rows are the rounds before, and that round with every metric NaN) and each stored metric
 (NaN where the run did not measure it, e.g. test accuracy between evaluations; null in JSON and
-in a column a run does not have). Tables go
-through pyarrow, the reference implementation of Arrow and Parquet.
+in a column a run does not have), accuracies in percent under `_pct` names (`test_accuracy_pct`;
+fedhet.core.units). Tables go through pyarrow, the reference implementation of Arrow and
+Parquet.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet
 
+from fedhet.core import units
 from fedhet.core.errors import InputError
 from fedhet.core.files import write_atomically
 from fedhet.core.store import ArtifactStore
@@ -53,7 +55,7 @@ def collect(runs: list[Run], store: ArtifactStore, train: bool) -> list[StoredRu
 
 
 def long_rows(runs: list[StoredRun]) -> list[dict[str, Any]]:
-    """One row per run and round."""
+    """One row per run and round, as shown (accuracies in percent)."""
     fields = {
         path: _one_type(values)
         for path, values in varying_fields([stored.run.spec for stored in runs]).items()
@@ -75,7 +77,7 @@ def long_rows(runs: list[StoredRun]) -> list[dict[str, Any]]:
                     "seed": run.spec.seed,
                     "round": r + 1,
                     "diverged": stored.diverged,
-                    **metrics,
+                    **units.shown_row(metrics),
                 }
             )
     return rows

@@ -16,8 +16,12 @@ RISE_POINTS = 0.01  # a mean rise (a fraction of accuracy) under this in size: l
 
 
 def quarters(rounds: int) -> tuple[range, range]:
-    """The rounds (1-based) of the quarter before the last, and of the last quarter."""
+    """The rounds (1-based) of the quarter before the last, and of the last quarter. Two rounds
+    have no whole quarter: their windows are round 1 and round 2. One round has nothing to
+    compare with: the first window is empty."""
     half, three_quarters = rounds // 2, (3 * rounds) // 4
+    if rounds == 2:
+        half = 0
     return range(half + 1, three_quarters + 1), range(three_quarters + 1, rounds + 1)
 
 
@@ -34,7 +38,7 @@ def rise(accuracies: Sequence[float]) -> float:
 
 def verdict(mean_rise: float) -> str:
     if math.isnan(mean_rise):
-        return "not evaluated"
+        return "no evaluation in a window"
     if abs(mean_rise) < RISE_POINTS:
         return "levelled off"
     return "still rising" if mean_rise > 0 else "falling"
@@ -49,28 +53,47 @@ def plateau_section(cells: Mapping[tuple[str, str], list[dict]], reference: str)
         "|---|---|---|---|---|---|---|---|",
     ]
     for (algorithm, setting), group in ordered:
-        finished = [r for r in group if r["diverged"] is None]
-        rises = [rise(r["metrics"]["test_accuracy"]) for r in finished]
-        rises = [value for value in rises if not math.isnan(value)]
-        comparison = compare(rises)
-        interval = (
-            "-"
-            if comparison.low is None
-            else (f"[{100 * comparison.low:+.2f}, {100 * comparison.high:+.2f}]")
-        )
-        spread = f"{100 * min(rises):+.2f} to {100 * max(rises):+.2f}" if rises else "-"
-        before, last = quarters(max(len(r["metrics"]["test_accuracy"]) for r in group))
-        windows = f"{before.start}-{before.stop - 1} vs {last.start}-{last.stop - 1}"
-        mean = "-" if not rises else f"{100 * comparison.mean:+.2f}"
-        lines.append(
-            f"| {algorithm} | {setting} | {windows} | {len(rises)} | {mean} | {interval} "
-            f"| {spread} | {verdict(comparison.mean)} |"
-        )
+        lines.append(f"| {algorithm} | {setting} | " + " | ".join(_group_cells(group)) + " |")
     return (
-        f"## Has {reference} levelled off?\n\nEach run's mean test accuracy over the evaluations "
-        "in the last quarter of its rounds minus its mean over the quarter before (rounds "
-        "compared); the mean of these rises over the runs (diverged runs left out), its "
+        f"## Has each curve levelled off?\n\nFor every algorithm and setting ({reference} "
+        "first): each run's mean test accuracy over the evaluations in the last quarter of its "
+        "rounds minus its mean over the quarter before (rounds compared; a run of 2 rounds: round "
+        "2 against round 1); the mean of these rises over the runs (diverged runs left out), its "
         f"{100 * CONFIDENCE:.0f}% Student t interval, and the verdict: levelled off when the "
         f"mean rise is within {100 * RISE_POINTS:g} point, else still rising or falling.\n\n"
         + "\n".join(lines)
     )
+
+
+def _group_cells(group: list[dict]) -> list[str]:
+    """The cells after a group's labels: rounds compared, runs, mean rise, interval, spread over
+    runs and verdict."""
+    before, last = quarters(max(len(r["metrics"]["test_accuracy"]) for r in group))
+    if not before:
+        return ["-", "-", "-", "-", "-", "too few rounds (1)"]
+    finished = [r for r in group if r["diverged"] is None]
+    if not finished:
+        return [f"{_window(before)} vs {_window(last)}", "0", "-", "-", "-", "every run diverged"]
+    rises = [rise(r["metrics"]["test_accuracy"]) for r in finished]
+    rises = [value for value in rises if not math.isnan(value)]
+    comparison = compare(rises)
+    interval = (
+        "-"
+        if comparison.low is None
+        else (f"[{100 * comparison.low:+.2f}, {100 * comparison.high:+.2f}]")
+    )
+    spread = f"{100 * min(rises):+.2f} to {100 * max(rises):+.2f}" if rises else "-"
+    mean = "-" if not rises else f"{100 * comparison.mean:+.2f}"
+    return [
+        f"{_window(before)} vs {_window(last)}",
+        str(len(rises)),
+        mean,
+        interval,
+        spread,
+        verdict(comparison.mean),
+    ]
+
+
+def _window(rounds: range) -> str:
+    """`3-5`, or `3` for a window of one round."""
+    return f"{rounds.start}" if len(rounds) == 1 else f"{rounds.start}-{rounds.stop - 1}"

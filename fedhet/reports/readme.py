@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from fedhet.core.errors import InputError
-from fedhet.reports.comparison import FLOOR_ACCURACY
+from fedhet.reports.comparison import FLOOR_POINTS
 
 BEST = "Best test accuracy"
 
@@ -110,7 +110,7 @@ def _paired_text(cells: dict[str, str], flip: bool = False) -> tuple[str, str, s
         f"{mean:+.2f}",
         f"[{low:+.2f}, {high:+.2f}]",
         f"{ahead}/{n}",
-        verdict(mean, low, high, 100 * FLOOR_ACCURACY),
+        verdict(mean, low, high, FLOOR_POINTS),
     )
 
 

@@ -20,20 +20,26 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from fedhet.core import provenance
+from fedhet.core import provenance, units
 from fedhet.core.errors import InputError
 from fedhet.core.files import write_atomically
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import Run
 from fedhet.execution.results import outcome, result_row
-from fedhet.figures import Curve, metric_curves
+from fedhet.figures import FORMATS, Curve, metric_curves
 from fedhet.metrics.summary import rounds_to_reach, validated
 from fedhet.reports.comparison import FLOOR_ACCURACY, paired_section
 from fedhet.reports.evaluation import evaluate_run
 from fedhet.reports.plateau import plateau_section
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
+PERCENT_CURVES = ("test accuracy",)
+CAPTIONS = (
+    "Lines: the mean over a cell's seeds in each round.",
+    "Weight divergence: the mean over a round's clients of the L2 distance between the client's "
+    "model and the new global model.",
+)
 FINAL_METRICS = ("own_angle", "client_test_mean", "client_test_worst_decile", "client_test_std")
 CLIENT_TEST_METRICS = {
     "client_test_mean": "Mean over clients",
@@ -55,9 +61,9 @@ def _percent(values: list[float]) -> str:
     measured = [v for v in values if not math.isnan(v)]
     if not measured:
         return f"- (n={len(values)})"
-    mean = f"{100 * float(np.mean(measured)):.2f}"
+    mean = f"{units.percent(float(np.mean(measured))):.2f}"
     if len(measured) > 1:
-        mean += f" ± {100 * float(np.std(measured)):.2f}"
+        mean += f" ± {units.percent(float(np.std(measured))):.2f}"
     return f"{mean} (n={len(values)})"
 
 
@@ -236,7 +242,7 @@ def client_test_section(rows: list[dict]) -> str:
 
 def cost_table(rows: list[dict]) -> str:
     """Mean cost of one round per group; wall time also relative to the setting's first
-    algorithm."""
+    algorithm. The wall time leaves out each run's first round (`after_warm_up`)."""
     first_of_setting: dict[str, float] = {}
     lines = [
         "| algorithm | setting | seeds | s / round | x first | MB up / round | MB down / round "
@@ -246,8 +252,9 @@ def cost_table(rows: list[dict]) -> str:
     for (algo, setting), group in cells(rows).items():
         cost = {
             name: _mean([_mean(r["metrics"][name]) for r in group])
-            for name in ("wall_time", "bytes_up", "bytes_down", "comm_rounds")
+            for name in ("bytes_up", "bytes_down", "comm_rounds")
         }
+        cost["wall_time"] = _mean([_mean(after_warm_up(r["metrics"]["wall_time"])) for r in group])
         base = first_of_setting.setdefault(setting, cost["wall_time"])
         lines.append(
             f"| {algo} | {setting} | {len(group)} | {cost['wall_time']:.3f} "
@@ -255,6 +262,13 @@ def cost_table(rows: list[dict]) -> str:
             f"| {cost['bytes_down'] / 1e6:.3f} | {cost['comm_rounds']:.1f} |"
         )
     return "\n".join(lines)
+
+
+def after_warm_up(seconds: np.ndarray) -> np.ndarray:
+    """A run's round times less its first round, which holds one-off work (the process's
+    imports and first allocations: 2.3 s against 0.1 s a round for quickstart's first run);
+    a run of one round keeps it."""
+    return seconds[1:] if len(seconds) > 1 else seconds
 
 
 def stage_table(rows: list[dict]) -> str:
@@ -277,18 +291,19 @@ def per_seed_table(rows: list[dict]) -> str:
     its best validation round, and its final test accuracy (`summarize`)."""
     split = validated(rows)
     lines = [
-        "| algorithm | setting | seed | best test | "
-        + ("test at best val | " if split else "")
-        + "final test | rounds to target | key |",
+        "| algorithm | setting | seed | best test % | "
+        + ("test at best val % | " if split else "")
+        + "final test % | rounds to target | key |",
         "|---|---|---|---|---|---|---|" + ("---|" if split else ""),
     ]
     for r in rows:
-        final = f"{100 * r['final']:.2f}"
+        final = f"{units.percent(r['final']):.2f}"
         if r["diverged"] is not None:
             final = f"diverged in round {r['diverged']}"
-        at_val = f"{100 * r.get('test_at_best_val', math.nan):.2f} | " if split else ""
+        at_val = f"{units.percent(r.get('test_at_best_val', math.nan)):.2f} | " if split else ""
+        best = units.percent(r["best_test"])
         lines.append(
-            f"| {r['algorithm']} | {r['setting']} | {r['seed']} | {100 * r['best_test']:.2f} "
+            f"| {r['algorithm']} | {r['setting']} | {r['seed']} | {best:.2f} "
             f"| {at_val}{final} | {r.get('rounds_to_target', '-')} | {r['key'][:12]} |"
         )
     return "\n".join(lines)
@@ -339,6 +354,11 @@ def environments(rows: list[dict]) -> str:
     return "\n".join(f"- {env}: {n} run{'s' if n != 1 else ''}" for env, n in counts.most_common())
 
 
+# Where a report goes unless told: never the repository's committed reports/, which only
+# `make reproduce` and `make readme` write (with --out reports)
+DEFAULT_FOLDER = Path("report")
+
+
 def write_report(
     spec: Spec,
     runs: list[Run],
@@ -359,7 +379,7 @@ def write_report(
     rows = collect(runs, store, console, train)
     md, png = out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.png"
     panels = {label: seed_curves(rows, m) for m, label in CURVES.items()}
-    metric_curves(panels, png, spec.name, stage_boundaries(rows))
+    metric_curves(panels, png, spec.name, stage_boundaries(rows), FORMATS, PERCENT_CURVES, CAPTIONS)
     header = (
         f"# {spec.name}\n\n{spec.description.strip()}\n\n"
         "Best test accuracy (the papers' metric), in %: mean ± standard deviation over seeds "
@@ -403,8 +423,10 @@ def write_report(
     if spec.eval.client_test is not None:
         sections.append(client_test_section(rows))
     sections += [
-        "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds; "
-        "a round trip is one server-client exchange.\n\n" + cost_table(rows),
+        "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds "
+        "and leaves out each run's first round (it holds one-off warm-up: imports, first "
+        "allocations), and x first is it relative to the setting's first algorithm; a round "
+        "trip is one server-client exchange.\n\n" + cost_table(rows),
         "## Seconds per stage\n\nMean over seeds of the time each stored stage took to compute "
         "(a resumed stage: its last attempt; a stage shared by several runs counts in each).\n\n"
         + stage_table(rows),
@@ -413,3 +435,16 @@ def write_report(
     ]
     write_atomically(md, (header + "\n\n".join(sections)).encode())
     return md, png
+
+
+def summary(md: Path) -> str:
+    """What a terminal shows of the report `write_report` wrote into `md`: its header and main
+    table, then the rest's section titles and the files that hold it all."""
+    text = md.read_text()
+    head, _, rest = text.partition("\n## ")
+    titles = [line[3:] for line in f"## {rest}".splitlines() if line.startswith("## ")]
+    figures = ", ".join(str(md.with_suffix(f".{fmt}")) for fmt in FORMATS)
+    return (
+        f"{head.rstrip()}\n\nThe full report, {md}, also has: " + "; ".join(titles) + "."
+        f"\nCurves: {figures}"
+    )

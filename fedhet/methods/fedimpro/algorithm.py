@@ -12,7 +12,8 @@ bytes_down.
 
 Defaults follow the experiments behind the paper's tables (the authors' code): the objective
 CE(real) + w_t CE(sampled) with w_t = w t / R rising linearly from 0 and not capped, R = 500
-rounds (`ramp_rounds`; `ramp` gives R as a fraction of the run instead), the sampling std
+rounds (`ramp_rounds`; `ramp` gives R as a fraction of the run instead; `ramp_cap` holds w_t
+at w from round R on, and `ramp: 0` keeps it at w throughout, the paper's Eq. 6), the sampling std
 capped at 0.1, and the split in the middle of the network (ResNet: after layer2; simple_cnn:
 after the conv layers), so the high-level part holds most parameters. The authors' rate of
 the statistics (min(1, n_c / 5000) per step) is `rate_samples: 5000`.
@@ -66,9 +67,11 @@ class FedImpro(Trainer):
         return self._parts[1], self._parts[2]
 
     def sampled_weight(self, round: int) -> float:
-        """w_t of round t (0-based), as the authors' `gradual2half`: w t / R, not capped."""
+        """w_t of round t (0-based), as the authors' `gradual2half`: w t / R, not capped (held at
+        w from t = R on with `ramp_cap`)."""
         ramp = self.config.ramp_length(self.fed.rounds)
-        return self.config.weight * (round / ramp if ramp else 1.0)
+        share = round / ramp if ramp else 1.0
+        return self.config.weight * (min(share, 1.0) if self.config.ramp_cap else share)
 
     # --- server side --------------------------------------------------------------------
 

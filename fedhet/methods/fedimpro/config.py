@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fedhet.plugin import MAX_COUNT, InputError, MethodConfig
+from fedhet.plugin import MAX_COUNT, OMIT_IF_DEFAULT, InputError, MethodConfig
 
 Objective = Literal["official", "mixture"]
 Source = Literal["global", "client"]
@@ -70,6 +70,11 @@ class FedImproConfig(MethodConfig):
         description="R as a fraction of the run's rounds instead (0 keeps w constant); giving "
         "it makes ramp_rounds null",
     )
+    ramp_cap: Annotated[bool, OMIT_IF_DEFAULT] = Field(
+        False,
+        description="true: w_t = w min(1, t / R), the ramp held at w once it gets there (Eq. 6's "
+        "constant weight after a warm-up); false: uncapped, as the authors' code",
+    )
     noise_std: float = Field(
         0.0, ge=0, description="std of Gaussian noise on the uploaded statistics (Table 7)"
     )
@@ -124,6 +129,7 @@ class FedImproConfig(MethodConfig):
             f"w={self.weight}" if self.weight != 1 else "",
             f"ramp={self.ramp}" if self.ramp is not None else "",
             f"ramp={self.ramp_rounds}r" if self.ramp_rounds not in (None, 500) else "",
+            "capped" if self.ramp_cap else "",
             f"rate=n/{self.rate_samples}" if self.rate_samples else "",
             f"momentum={self.momentum}" if self.momentum != 0.9 else "",
             "sample=client" if self.sample_from == "client" else "",

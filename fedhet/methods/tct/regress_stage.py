@@ -44,6 +44,7 @@ from fedhet.plugin import (
     RunContext,
     StageNode,
     create_array,
+    round_note,
     run_metrics,
     stage,
     stage_progress,
@@ -197,7 +198,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         def record(round_number: int, weight: Tensor, bias: Tensor, scores: list[Tensor]) -> None:
             history.record(round_number, weight, bias, scores)
             accuracy = history.metrics["test_accuracy"][-1]
-            progress.update(task, completed=round_number, note=f"acc {accuracy:.4f}")
+            progress.update(task, completed=round_number, note=round_note(accuracy))
 
         stage1 = stage1_rows(bootstrap["metrics"], history.names)
         try:

@@ -1,0 +1,147 @@
+"""One unit per quantity wherever fedhet shows it (fedhet.core.units). One trained matrix (two
+algorithms x two seeds, two rounds) and each accuracy the same number in percent, each difference
+of accuracies the same in points, in: the command line's tables (train, runs, as a terminal and
+markdown table and as JSON), the progress lines, `fedhet export`, the report's markdown, and the
+Python API's runs(), metrics() and compare(); a floor in points from both. The store keeps its
+fractions."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import markdown_tables, write_spec
+
+from fedhet import load
+from fedhet.cli import app
+from fedhet.cli.output import Column
+from fedhet.core import units
+from fedhet.core.store import ArtifactStore
+
+SPEC = {
+    "name": "units",
+    "data": {"dataset": "digits"},
+    "partition": {"scheme": "dirichlet", "clients": 4, "alpha": 0.5},
+    "model": {"arch": "mlp", "hidden": [16]},
+    "federation": {"rounds": 2, "batch_size": 32, "lr": 0.05},
+    "runtime": {"threads": 1},  # progress on: lines, not being a terminal
+    "matrix": {"algorithm": [{"name": "fedavg"}, {"name": "centralized"}], "seed": [0, 1]},
+}
+BEST = "Best test accuracy (the papers' metric)"
+
+
+@pytest.fixture(scope="module")
+def trained(fedhet, tmp_path_factory):
+    """(spec, store, the train command's result as a markdown table)."""
+    folder = tmp_path_factory.mktemp("units")
+    spec, store = write_spec(folder / "units.yaml", SPEC), folder / "store"
+    train = fedhet("train", spec, "--format", "markdown", "--store", store)
+    assert train.rc == 0, train.stderr
+    return spec, store, train
+
+
+@pytest.fixture(scope="module")
+def api(trained) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The API's runs() and metrics(), indexed by run label."""
+    spec, store, _ = trained
+    experiment = load(spec, store=store)
+    return experiment.runs().set_index("label"), experiment.metrics()
+
+
+def by_label(rows: list[dict], column: str) -> dict[str, str]:
+    return {f"{r['algorithm']}, {r['setting']}, seed {r['seed']}": r[column] for r in rows}
+
+
+def test_the_api_shows_accuracies_in_percent_of_the_stored_fractions(trained, api):
+    _, store, _ = trained
+    runs, metrics = api
+    assert {"best_test_pct", "final_pct"} <= set(runs.columns) and "best_test" not in runs
+    assert "test_accuracy_pct" in metrics and "test_accuracy" not in metrics
+    stored = ArtifactStore(store)
+    for label, run in runs.iterrows():
+        curve = metrics[metrics.run == label].set_index("round").test_accuracy_pct
+        fractions = stored.open("train", run.key)["metrics"]["test_accuracy"][:]
+        assert list(curve) == [100 * f for f in fractions]  # the store keeps fractions
+        assert run.best_test_pct == curve.max() and run.final_pct == curve[2]
+        assert 10 < run.best_test_pct <= 100  # above chance, in percent
+
+
+def test_the_command_lines_tables_export_and_progress_agree_with_the_api(fedhet, trained, api):
+    spec, store, train = trained
+    runs, metrics = api
+    listed = json.loads(fedhet("runs", spec, "--format", "json", store=store).stdout)
+    assert by_label(listed, "best_test_pct") == runs.best_test_pct.to_dict()  # the same floats
+    exported = fedhet("export", spec, "--format", "csv", store=store).stdout
+    rows = list(csv.DictReader(io.StringIO(exported)))
+    assert [float(r["test_accuracy_pct"]) for r in rows] == list(metrics.test_accuracy_pct)
+    shown = {f"{best:.2f}" for best in runs.best_test_pct}
+    for text in (train.stdout, fedhet("runs", spec, "--format", "markdown", store=store).stdout):
+        (table,) = markdown_tables(text.splitlines())
+        column = table[0].index("best test %")
+        assert {row[column] for row in table[2:]} == shown
+    terminal = fedhet("runs", spec, store=store).stdout
+    assert all(cell in terminal for cell in shown) and "best test %" in terminal
+    for label, run in runs.iterrows():  # the last round's line: the final accuracy
+        line = f"{label}: round 2/2 acc {run.final_pct:.2f}% loss "
+        assert line in train.stderr, train.stderr
+
+
+def test_the_report_and_compare_agree_in_points(fedhet, trained, api, tmp_path):
+    spec, store, _ = trained
+    runs, _ = api
+    experiment = load(spec, store=store)
+    paired = experiment.compare()
+    best = paired[paired.metric == BEST].iloc[0]
+    seeds = runs.set_index(["algorithm", "seed"]).best_test_pct
+    differences = [seeds["centralized", s] - seeds["fedavg", s] for s in (0, 1)]
+    assert best.unit == units.POINTS and best.differences == pytest.approx(differences)
+    assert best.mean_difference == pytest.approx(np.mean(differences)) and best.mean_difference > 10
+    assert fedhet("report", spec, "--out", tmp_path, store=store).rc == 0
+    text = (tmp_path / "units.md").read_text()
+    accuracy = markdown_tables(text.splitlines())[0]
+    for algorithm in ("fedavg", "centralized"):
+        (cell,) = [row[1] for row in accuracy if row[0] == algorithm]
+        mean = float(cell.split(" ± ")[0])
+        assert mean == pytest.approx(np.mean([seeds[algorithm, s] for s in (0, 1)]), abs=0.005)
+    section = text.split(f"### {BEST}")[1]
+    table = markdown_tables(section.splitlines())[0]
+    assert table[0][3] == "mean difference (points)"
+    assert table[2][3] == f"{best.mean_difference:+.2f}"
+    per_run = markdown_tables(text.split("## Per run")[1].splitlines())[0]
+    assert per_run[0][3] == "best test %"
+    assert {row[3] for row in per_run[2:]} == {f"{b:.2f}" for b in runs.best_test_pct}
+
+
+def test_a_floor_in_points_gives_the_same_verdict_from_python_and_the_command_line(
+    fedhet, trained, tmp_path
+):
+    spec, store, _ = trained
+    experiment = load(spec, store=store)
+    ahead = experiment.compare().query("verdict == 'ahead' and unit == 'points'")
+    assert len(ahead), "a difference whose interval excludes 0, for the floor to decide"
+    row = ahead.iloc[0]
+    floors = [(row.mean_difference - 1, "ahead"), (row.mean_difference + 1, "negligible")]
+    for floor, verdict in floors:
+        paired = experiment.compare(floor=floor)
+        assert paired[paired.metric == row.metric].verdict.item() == verdict
+        out = tmp_path / verdict
+        assert fedhet("report", spec, "--floor", floor, "--out", out, store=store).rc == 0
+        text = (out / "units.md").read_text()
+        table = markdown_tables(text.split(f"### {row.metric}\n")[1].splitlines())[0]
+        assert table[2][6] == verdict and f"at least {floor:.2f} points" in text
+
+
+def test_every_percent_column_of_the_command_line_is_a_stored_fraction():
+    """A `pct` column is converted by its name: each one's is known to fedhet.core.units."""
+    columns = [
+        c for value in vars(app).values() if isinstance(value, list)
+        for c in value if isinstance(c, Column) and c.kind == "pct"
+    ]  # fmt: skip
+    assert len(columns) > 10
+    assert {c.key for c in columns} <= units.FRACTIONS
+    assert all(re.search(r"%", c.header) for c in columns)
