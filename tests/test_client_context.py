@@ -23,6 +23,10 @@ METHODS = [
     {"name": "local"},
     {"name": "feddyn"},
     {"name": "scaffold"},
+    {"name": "ditto"},
+    {"name": "pfedme"},
+    {"name": "apfl"},
+    {"name": "perfedavg", "variant": "hf"},
 ]
 
 

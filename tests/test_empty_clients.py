@@ -63,6 +63,10 @@ CONFIGS = {
     "feddyn": ({}, {}),
     "mixup": ({}, {}),
     "fedmix": ({}, {}),
+    "ditto": ({}, {}),
+    "pfedme": ({}, {}),
+    "apfl": ({}, {}),
+    "perfedavg": ({"variant": "hf"}, {}),
     "fedtan": ({}, {"model": BN_CNN}),
     "fedavg_alg2": ({}, {"model": BN_CNN}),
     "fedtan_ii": ({"sync_rounds": 1}, {"model": BN_CNN}),  # round 2 runs frozen

@@ -280,7 +280,8 @@ def test_a_choice_at_the_grids_edge_is_flagged_then_extended_reusing_the_stored_
     ]
     report = fedhet("report", spec, "--tuned", "--train", "--out", tmp_path / "r", store=store)
     assert report.rc == 0, report.stderr
-    section = (tmp_path / "r" / "edge.md").read_text().split("## Tuning")[1].split("\n## ")[0]
+    (md,) = (tmp_path / "r").glob("*.md")
+    section = md.read_text().split("## Tuning")[1].split("\n## ")[0]
     assert f"- {flag}the grid" in section and "| lr=0.01 highest |" in section
     before = _train_keys(store)
 
@@ -317,11 +318,11 @@ def test_a_runoff_through_the_command_line_chooses_by_the_mean_over_every_seed(
     ran = [t for t in trials if t["runoff_keys"]]
     by_score = sorted(trials, key=lambda t: -t["scores"][0])
     assert ran == sorted(by_score[:2], key=lambda t: t["number"])
-    means = {t["number"]: (t["scores"][0] + t["runoff_scores"][0]) / 2 for t in ran}
+    means = {t["number"]: (t["scores"][0] + t["runoff_scores"][0]) / 2 for t in ran}  # fractions
     assert trials[selection["chosen"]]["number"] == max(means, key=means.get)
     assert set(t["runoff_keys"][0] for t in ran) <= _train_keys(store)
     rows = json.loads(result.stdout)
-    assert [r["runoff_score"] is not None for r in rows] == [bool(t["runoff_keys"]) for t in trials]
-    assert {r["trial"]: r["runoff_score"] for r in rows if r["runoff_score"]} == pytest.approx(
-        means
-    )
+    ran_runoff = [bool(t["runoff_keys"]) for t in trials]
+    assert [r["runoff_score_pct"] is not None for r in rows] == ran_runoff
+    shown = {r["trial"]: r["runoff_score_pct"] for r in rows if r["runoff_score_pct"]}
+    assert shown == pytest.approx({n: 100 * m for n, m in means.items()})

@@ -27,7 +27,7 @@ from fedhet.core import units
 from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.memory_check import require_models_fit
 from fedhet.core.spec import Spec, expand, load_mapping, load_spec, replaced_axes
-from fedhet.core.store import ArtifactStore, arrays, damage_named
+from fedhet.core.store import ATTRIBUTES_CHECKSUM, INTEGRITY, ArtifactStore, arrays, damage_named
 from fedhet.core.tune_spec import TuneSpec
 from fedhet.data.shapes import data_shape
 from fedhet.data.sizes import require_a_sample_per_client
@@ -893,14 +893,12 @@ def artifacts_show(
     store: StoreOpt = None,
 ) -> None:
     """Attributes and arrays (shape, chunks, dtype) of one artifact."""
-    import zarr
-
     st = ArtifactStore(store)
     info = st.find(key)
-    group = zarr.open_group(info.path, mode="r")
+    group = st.open(info.stage, info.key)
     from fedhet.core.provenance import described
 
-    attrs = {k: v for k, v in info.attrs.items() if k not in ("checksums", "environment")}
+    attrs = {k: v for k, v in info.attrs.items() if k not in (*INTEGRITY, "environment")}
     out.print(f"[bold]{info.stage}/{info.key}[/bold]  ({info.path})", soft_wrap=True)
     out.print_json(json.dumps(attrs, default=str))
     environment = info.attrs.get("environment")
@@ -921,14 +919,17 @@ def artifacts_verify(
     key: Annotated[str | None, typer.Argument(help="key prefix; all when omitted")] = None,
     store: StoreOpt = None,
 ) -> None:
-    """Recompute every array checksum; exit 1 when anything is corrupt."""
+    """Recompute every checksum (arrays, their metadata, attributes); exit 1 when anything is
+    corrupt."""
     st = ArtifactStore(store)
     targets = [st.find(key)] if key else st.ls()
     bad = 0
     for info in targets:
         problems = st.verify(info.stage, info.key)
         status = "ok" if not problems else "CORRUPT: " + "; ".join(problems)
-        out.print(f"{info.stage}/{info.key[:12]}: {status}")
+        if not problems and ATTRIBUTES_CHECKSUM not in info.attrs:
+            status += " (no attribute checksum: an older artifact)"
+        out.print(f"{info.stage}/{info.key[:12]}: {status}", markup=False, soft_wrap=True)
         bad += bool(problems)
     if bad:
         raise FedhetError(f"{bad} corrupt artifact{'s' if bad > 1 else ''}")

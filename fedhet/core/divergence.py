@@ -8,15 +8,17 @@ import json
 from pathlib import Path
 
 from fedhet.core.errors import DivergedError
+from fedhet.core.store import damaged, json_checksum
 
 MARKER = "diverged.json"
+CHECKSUM = "checksum"  # of the rest of the record: its `json_checksum`
 
 
 def record(partial: Path, error: DivergedError) -> None:
     """Keep `error` (its message, round and the metrics before it) in the `partial` folder."""
     partial.mkdir(parents=True, exist_ok=True)
     content = {"message": str(error), "round": error.round_number, "metrics": error.metrics}
-    (partial / MARKER).write_text(json.dumps(content))
+    (partial / MARKER).write_text(json.dumps({**content, CHECKSUM: json_checksum(content)}))
 
 
 def recorded(partial: Path) -> DivergedError | None:
@@ -24,8 +26,16 @@ def recorded(partial: Path) -> DivergedError | None:
     marker = partial / MARKER
     if not marker.exists():
         return None
-    content = json.loads(marker.read_text())
-    return DivergedError(content["message"], content["round"], content["metrics"])
+    stage, key = partial.parent.name, partial.name.removesuffix(".partial")
+    try:
+        content = json.loads(marker.read_text())
+        checksum = content.pop(CHECKSUM, None)  # None: recorded before the checksum
+        error = DivergedError(content["message"], content["round"], content["metrics"])
+    except (ValueError, KeyError, TypeError, AttributeError):  # what a damaged record raises
+        raise damaged(stage, key, MARKER, "unreadable") from None
+    if checksum is not None and checksum != json_checksum(content):
+        raise damaged(stage, key, MARKER, "checksum mismatch")
+    return error
 
 
 def forget(partial: Path) -> None:

@@ -20,6 +20,7 @@ from rich.console import Console
 from fedhet.core import divergence, provenance, registry
 from fedhet.core.errors import DivergedError, RunError, release_frames
 from fedhet.core.keys import stage_key
+from fedhet.core.plugin_isolation import PluginError
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore, damage_named
 from fedhet.process import allocator
@@ -138,6 +139,8 @@ def load_stages() -> None:
 def runner(name: str) -> StageRunner:
     """The function that computes stage `name`."""
     load_stages()
+    if name not in STAGES and registry.stage_problems():  # a method's stages failed to import
+        raise PluginError(f"no stage {name!r}: {'; '.join(registry.stage_problems())}")
     return STAGES[name]
 
 

@@ -10,13 +10,16 @@ A package registers one by naming its config class in its packaging metadata:
 
 The module holding the class stays light (no torch): validating and planning import only it;
 the code that loads the data or builds the network is imported on first use. A plug-in that
-cannot be loaded, or reuses a name, is skipped with a one-line warning; the others keep working.
+fails in any way as it is loaded or registered (it raises on import, exits, names no config
+class, reuses a name) is skipped with one warning naming it and its distribution
+(fedhet.core.plugin_isolation); the others keep working, and a spec naming it is refused in one
+line saying why.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
@@ -25,10 +28,10 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from fedhet.core.model_config import ModelConfig
+from fedhet.core.plugin_isolation import Plugin, answer, load_all
 from fedhet.core.sections import Section
 
 DATASETS, MODELS = "fedhet.datasets", "fedhet.models"
-log = logging.getLogger(__name__)
 
 
 def _dataset_problem(config: Any) -> str | None:
@@ -60,31 +63,37 @@ _GROUPS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
 }
 
 
+@dataclass
+class _Loaded:
+    """What loading a group's entry points gave beside its configs."""
+
+    plugins: dict[str, Plugin] = field(default_factory=dict)  # name -> the plug-in adding it
+    failures: dict[str, str] = field(default_factory=dict)  # entry point name -> its failure
+
+
+_loaded: dict[str, _Loaded] = {}  # group -> what its latest `found` loaded
+
+
 @cache
 def found(group: str, builtin: tuple[str, ...]) -> dict[str, type[Section]]:
     """Name -> config class of every loadable plug-in of `group`, none named as one of fedhet's
     `builtin` ones; a problem is logged once per process (the CLI prints `warning: ...`)."""
     tag, problem_of = _GROUPS[group]
     configs: dict[str, type[Section]] = {}
-    for entry in sorted(entry_points(group=group), key=lambda e: e.name):
-        dist = getattr(entry, "dist", None)
-        package = dist.name if dist is not None else entry.value
-        where = f"plugin {package!r} ({entry.name} = {entry.value})"
-        try:
-            config = entry.load()
-        except Exception as err:  # whatever a broken plug-in raises, the others keep working
-            log.warning(f"{where}: cannot be loaded: {type(err).__name__}: {err}")
-            continue
+    loaded = _loaded[group] = _Loaded()
+
+    def register(plugin: Plugin, config: Any) -> str | None:
         problem = problem_of(config)
         name = None if problem else config.model_fields[tag].default
         if problem is None and not isinstance(name, str):
             problem = f"its {tag} has no name for a default"
         elif problem is None and name in (*builtin, *configs):
             problem = f"{tag} {name!r} is taken (by fedhet or another plug-in)"
-        if problem:
-            log.warning(f"{where}: {problem}; skipped")
-            continue
-        configs[name] = config
+        if problem is None:
+            configs[name], loaded.plugins[name] = config, plugin
+        return problem
+
+    load_all(sorted(entry_points(group=group), key=lambda e: e.name), register, loaded.failures)
     return configs
 
 
@@ -93,18 +102,29 @@ def validate_section(
 ) -> Any:
     """The spec's `section` block validated by the config class that its `tag` (default
     `default`) chooses among `configs`, errors located under `section`; a value that is not a
-    mapping is left for pydantic to refuse."""
+    mapping is left for pydantic to refuse. What a plug-in's code raises besides a validation
+    error (a validator, or a dataset's `describe()`, that fails) is an error of the block naming
+    the plug-in; a name whose plug-in failed to load is refused with the reason."""
     if not isinstance(value, dict):
         return value
     name = value.get(tag, default)
+    group = next(g for g, (t, _) in _GROUPS.items() if t == tag)
+    loaded = _loaded.get(group, _Loaded())  # of the `found` that gave `configs`
     if not isinstance(name, str) or name not in configs:
         choices = ", ".join(sorted(configs))
-        message = f"unknown value; choose one of {choices}"
+        unloaded = loaded.failures.get(name) if isinstance(name, str) else None  # it failed
+        message = unloaded or f"unknown value; choose one of {choices}"
         raise _error([{"type": "spec", "loc": (tag,), "msg": message, "input": name}], section)
+    plugins = [p for p in [loaded.plugins.get(name)] if p is not None and not p.builtin]
     try:
-        return configs[name].model_validate(value)
+        config = answer(
+            plugins, "its validation failed", value, configs[name].model_validate, value
+        )
+        if tag == "dataset" and plugins:  # validating and planning ask for the description
+            answer(plugins, "its describe() failed", value, config.describe)
     except ValidationError as err:
         raise _error(err.errors(), section) from None
+    return config
 
 
 def _error(errors: list[Any], section: str) -> ValidationError:

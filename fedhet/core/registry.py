@@ -12,26 +12,34 @@ names the import path of its trainer, so validating and planning never import a 
 training code. A trainer, an objective wrapper and the modules registering a method's stages
 (`fedhet.core.pipeline.stage`) are imported on first use.
 
-A plug-in that cannot be loaded (import error, duplicate name, invalid config class) is skipped
-and described in one line by `problems()`; every other method keeps working.
+A plug-in that fails in any way as it is loaded or registered (it raises on import, exits, names
+something that is not a Method, reuses a name) is skipped with one warning naming it and its
+distribution (fedhet.core.plugin_isolation), and described by `problems()`; every other method
+keeps working, and a spec naming its algorithm is refused in one line saying why. A method whose
+stages or commands cannot be imported loses those alone, with one warning.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol
 
 from pydantic import create_model
 
-from fedhet.core.errors import RunError
+from fedhet.core.plugin_isolation import (
+    Plugin,
+    PluginError,
+    answer,
+    attempt,
+    load_all,
+    warn,
+)
 from fedhet.core.sections import AlgorithmSpec, Section
 
 GROUP = "fedhet.methods"
-log = logging.getLogger(__name__)
 
 
 class ObjectiveWrapper(Protocol):
@@ -86,13 +94,12 @@ class _Registry:
     algorithms: dict[str, type[AlgorithmSpec]] = field(default_factory=dict)  # as declared
     configs: dict[str, type[AlgorithmSpec]] = field(default_factory=dict)
     objectives: dict[str, ObjectiveEntry] = field(default_factory=dict)
-    owners: dict[str, str] = field(default_factory=dict)  # objective field -> plug-in
-    problems: list[str] = field(default_factory=list)
-
-
-def _package(entry: EntryPoint) -> str:
-    dist = getattr(entry, "dist", None)
-    return dist.name if dist is not None else entry.value.split(":")[0]
+    # the plug-in of each method, algorithm and objective field
+    method_plugins: dict[str, Plugin] = field(default_factory=dict)
+    algorithm_plugins: dict[str, Plugin] = field(default_factory=dict)
+    objective_plugins: dict[str, Plugin] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)  # entry point name -> its failure
+    stage_failures: list[str] = field(default_factory=list)
 
 
 def _name(config: type[AlgorithmSpec]) -> Any:
@@ -112,9 +119,21 @@ def _check_config(config: Any) -> str | None:
     return None
 
 
-def _with_objectives(config: type[AlgorithmSpec], objectives: dict[str, ObjectiveEntry]) -> type:
-    """`config` with each objective wrapper's config as an optional field."""
-    if not objectives or not config.accepts_objectives:
+def _check_objective(wrapper: ObjectiveEntry) -> str | None:
+    if not (isinstance(wrapper.config, type) and issubclass(wrapper.config, Section)):
+        return f"objective config {wrapper.config!r} is not an ObjectiveConfig"
+    if not isinstance(wrapper.field, str) or not wrapper.field.isidentifier():
+        return f"objective field {wrapper.field!r} is not a name"
+    _with_objectives(AlgorithmSpec, {wrapper.field: wrapper}, always=True)  # raises if it cannot
+    return None
+
+
+def _with_objectives(
+    config: type[AlgorithmSpec], objectives: dict[str, ObjectiveEntry], always: bool = False
+) -> type:
+    """`config` with each objective wrapper's config as an optional field (if it accepts
+    objectives, or `always`)."""
+    if not objectives or not (always or config.accepts_objectives):
         return config
     fields = {name: (wrapper.config | None, None) for name, wrapper in objectives.items()}
     composed = create_model(
@@ -124,64 +143,65 @@ def _with_objectives(config: type[AlgorithmSpec], objectives: dict[str, Objectiv
     return composed
 
 
-def _add(reg: _Registry, method: Method, where: str) -> None:
+def _method_problem(method: Any) -> str | None:
+    """What makes `method` (what an entry point names) unfit to register, beside its configs."""
+    if not isinstance(method, Method):
+        return "is not a fedhet.core.registry.Method"
+    if not isinstance(method.name, str) or not method.name:
+        return f"method name {method.name!r} is not a name"
+    for part in ("configs", "objectives", "stages", "commands"):
+        if not isinstance(getattr(method, part), tuple | list):
+            return f"method {method.name!r}: its {part} is not a tuple"
+    if not all(isinstance(path, str) for path in (*method.stages, *method.commands)):
+        return f"method {method.name!r}: its stages and commands are not module paths"
+    return None
+
+
+def _add(reg: _Registry, plugin: Plugin, method: Any) -> str | None:
+    """Register `method` from `plugin`; or the problem that keeps it out."""
+    problem = _method_problem(method)
+    if problem:
+        return problem
     if method.name in reg.methods:
-        reg.problems.append(f"{where}: duplicate method name {method.name!r}; skipped")
-        return
-    try:
-        wrappers = [_objective_entry(w) for w in method.objectives]
-    except AttributeError as err:
-        reg.problems.append(f"{where}: {err}; skipped")
-        return
+        return f"duplicate method name {method.name!r}"
+    wrappers = [_objective_entry(w) for w in method.objectives]
     problems = [p for p in map(_check_config, method.configs) if p]
+    problems += [p for p in map(_check_objective, wrappers) if p]
     if not problems:  # a config's name exists once it is checked
         names = map(_name, method.configs)
         problems = [f"duplicate algorithm name {n!r}" for n in names if n in reg.algorithms]
+        fields = [w.field for w in wrappers]
+        problems += [f"duplicate objective field {f!r}" for f in fields if f in reg.objectives]
     if problems:
-        reg.problems.append(f"{where}: {'; '.join(problems)}; skipped")
-        return
+        return "; ".join(problems)
     reg.methods[method.name] = method
+    reg.method_plugins[method.name] = plugin
     for config in method.configs:
         reg.algorithms[_name(config)] = config
+        reg.algorithm_plugins[_name(config)] = plugin
     for wrapper in wrappers:
         reg.objectives[wrapper.field] = wrapper
-        reg.owners[wrapper.field] = where
+        reg.objective_plugins[wrapper.field] = plugin
+    return None
 
 
 @cache
 def _load() -> _Registry:
+    """Every method plug-in that loads; each that does not is one warning (once per process;
+    the CLI prints it as `warning: ...`) and is recorded in `failures`."""
     reg = _Registry()
-    for entry in sorted(entry_points(group=GROUP), key=_load_order):
-        where = f"plugin {_package(entry)!r} ({entry.name} = {entry.value})"
-        try:
-            method = entry.load()
-        except Exception as err:  # whatever a broken plug-in raises, the others keep working
-            why = " ".join(str(err).split())
-            reg.problems.append(f"{where}: cannot be loaded: {type(err).__name__}: {why}")
-            continue
-        if not isinstance(method, Method):
-            reg.problems.append(f"{where}: is not a fedhet.core.registry.Method")
-            continue
-        _add(reg, method, where)
+    entries = sorted(entry_points(group=GROUP), key=_load_order)
+    load_all(entries, partial(_add, reg), reg.failures)
     reg.configs = {
         name: _with_objectives(config, reg.objectives) for name, config in reg.algorithms.items()
     }
-    for problem in reg.problems:  # once per process; the CLI prints them as `warning: ...`
-        log.warning(problem)
     return reg
 
 
 def _load_order(entry: EntryPoint) -> tuple[bool, str, str]:
     """fedhet's own methods first, so a plug-in reusing one of their names is the one skipped."""
-    package = _package(entry)
-    return package != "fedhet", package, entry.name
-
-
-def _import(target: str | Any, owner: str) -> Any:
-    try:
-        return _resolve(target)
-    except Exception as err:  # a plug-in's code failing to import is the plug-in's failure
-        raise RunError(f"{owner}: cannot import {target}: {type(err).__name__}: {err}") from err
+    plugin = Plugin(entry)
+    return not plugin.builtin, plugin.distribution, entry.name
 
 
 def methods() -> dict[str, Method]:
@@ -194,40 +214,77 @@ def configs() -> dict[str, type[AlgorithmSpec]]:
     return _load().configs
 
 
+def validated(name: str, value: dict[str, Any]) -> AlgorithmSpec:
+    """The config of algorithm `name` validated from `value` (its spec block); what a plug-in's
+    code raises besides a validation error (a validator that fails) is a validation error of the
+    block naming the plug-in."""
+    reg = _load()
+    owners = [reg.algorithm_plugins[name]]
+    owners += [plugin for f, plugin in reg.objective_plugins.items() if f in value]
+    plugins = [plugin for plugin in owners if not plugin.builtin]  # fedhet's own: a bug shows
+    return answer(plugins, "its validation failed", value, reg.configs[name].model_validate, value)
+
+
+def unloaded(name: Any) -> str | None:
+    """Why the algorithm `name` is unknown, if a method plug-in of that name failed to load."""
+    return _load().failures.get(name) if isinstance(name, str) else None
+
+
 def objective_fields() -> tuple[str, ...]:
     """The config fields of the objective wrappers (`vhl`); imports no wrapper."""
     return tuple(_load().objectives)
 
 
 @cache
-def objectives() -> dict[str, Any]:
-    """Config field -> objective wrapper (imported on first use)."""
+def objective(field: str) -> Any:
+    """The objective wrapper of config field `field` (imported on first use)."""
     reg = _load()
-    return {f: _import(w.implementation, reg.owners[f]) for f, w in reg.objectives.items()}
+    plugin, target = reg.objective_plugins[field], reg.objectives[field].implementation
+    return attempt([plugin], f"cannot import {target}", _resolve, target)
 
 
 @cache
 def load_stages() -> None:
-    """Import every method's stage modules, so that their stages are registered."""
-    for method in methods().values():
-        for module in method.stages:
-            _import(module, f"method {method.name!r}")
+    """Import every method's stage modules, so that their stages are registered; a method whose
+    stages cannot be imported is one warning and recorded in `stage_problems()`."""
+    reg = _load()
+    for method in reg.methods.values():
+        plugin = reg.method_plugins[method.name]
+        try:
+            for module in method.stages:
+                attempt([plugin], f"cannot import its stages {module}", import_module, module)
+        except PluginError as failure:
+            reg.stage_failures.append(str(failure))
+            warn(failure, "its stages skipped")
+
+
+def stage_problems() -> list[str]:
+    """One line per method whose stage modules could not be imported."""
+    return _load().stage_failures
 
 
 @cache
 def commands() -> list[Any]:
     """The typer.Typer objects that methods' `commands` name; one that cannot be imported is
     skipped with a warning (every other command keeps working)."""
-    found = []
-    for method in methods().values():
+    reg, found = _load(), []
+    for method in reg.methods.values():
         for path in method.commands:
+            plugin = reg.method_plugins[method.name]
             try:
-                found.append(_resolve(path))
-            except Exception as err:  # whatever a broken plug-in raises
-                log.warning(f"method {method.name!r}: cannot import {path}: {err}; skipped")
+                found.append(attempt([plugin], f"cannot import {path}", _typer, path))
+            except PluginError as failure:
+                warn(failure, "skipped")
     return found
+
+
+def _typer(path: str) -> Any:
+    commands = _resolve(path)
+    if not isinstance(getattr(commands, "registered_commands", None), list):
+        raise TypeError(f"{commands!r} is not a typer.Typer")
+    return commands
 
 
 def problems() -> list[str]:
     """One line per plug-in that could not be loaded."""
-    return _load().problems
+    return list(_load().failures.values())

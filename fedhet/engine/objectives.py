@@ -46,9 +46,8 @@ class CrossEntropy:
 
 def active(config: AlgorithmSpec) -> list[tuple[Any, Any]]:
     """(wrapper, its config) for every objective wrapper turned on in an algorithm config."""
-    wrappers = registry.objectives()
     return [
-        (wrappers[field], getattr(config, field))
+        (registry.objective(field), getattr(config, field))
         for field in config.objective_fields
         if getattr(config, field) is not None
     ]

@@ -20,8 +20,10 @@ touched since the previous one; when the chain's rows exceed twice the clients h
 delta holds every client and starts a new chain, so reads and disk stay within a small multiple
 of one full table and writes within twice the touched clients, amortized.
 
-Every array carries zarr's crc32c checksum (fedhet.core.store.create_array): a checkpoint whose
-arrays or listed deltas fail it is skipped for an older one, if a crash left one, else round 0.
+Every array carries zarr's crc32c checksum (fedhet.core.store.create_array), and a checkpoint and
+a delta are sealed (fedhet.core.store.seal: the checksums of their members' metadata and of their
+attributes): a checkpoint whose arrays, metadata or attributes, or those of a delta it lists, fail
+them is skipped for an older one, if a crash left one, else round 0.
 
 A train artifact's `continuation/` group holds one run state with its clients' table inside
 (what a run with more rounds goes on from, see fedhet.engine.extension).
@@ -42,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
-from fedhet.core.store import create_array, damaged_array
+from fedhet.core.store import create_array, damage_in, open_sealed, seal
 from fedhet.engine.system import METRICS as SYSTEM_METRICS
 from fedhet.process import interrupts
 
@@ -244,7 +246,9 @@ class Checkpoints:
     def _publish(self, final: Path, write: Callable[[zarr.Group], None]) -> None:
         tmp = self.folder / f".tmp-{final.name}"
         try:
-            write(zarr.open_group(tmp, mode="w"))
+            group = zarr.open_group(tmp, mode="w")
+            write(group)
+            seal(group)
             tmp.rename(final)
         finally:  # a write that failed (a full disk) leaves no half-written checkpoint
             shutil.rmtree(tmp, ignore_errors=True)
@@ -266,35 +270,35 @@ class Checkpoints:
         return found[-1] if found else None
 
     def latest(self) -> RunState | None:
-        """The newest checkpoint that reads whole. A damaged one (a chunk, of it or of a delta
-        it lists, fails its checksum) is removed and skipped for the one before it, if any, and
-        said in one line to `announce`."""
+        """The newest checkpoint that reads whole. A damaged one (of it or of a delta it lists:
+        a chunk fails its checksum, an array's metadata or an attribute is missing or changed)
+        is removed and skipped for the one before it, if any, and said in one line to
+        `announce`."""
         found, state = sorted(self.folder.glob("ckpt-*.zarr")), None
-        damaged = []
+        damaged, whys = [], []
         while found and state is None:
             path = found.pop()
             try:
                 state = self._read(path)
-            except ValueError as error:
-                array = damaged_array(error)
-                if array is None:
+            except Exception as error:
+                damage = damage_in(error)
+                if damage is None:
                     raise
-                damaged.append(f"{path.name} ({Path(array.store.root).name}/{array.path})")
+                damaged.append(f"{path.name} ({damage.folder.name}/{damage.member})")
+                if damage.why not in whys:
+                    whys.append(damage.why)
                 shutil.rmtree(path, ignore_errors=True)
         if damaged:  # the run says once where it starts from, now that it is known
             self.announce(
                 f"skipped the damaged checkpoint{'s' if len(damaged) > 1 else ''} "
-                f"{', '.join(damaged)}: checksum mismatch"
+                f"{', '.join(damaged)}: {', '.join(whys)}"
             )
         return state
 
     def _read(self, path: Path) -> RunState:
-        group = zarr.open_group(path, mode="r")
+        group = open_sealed(path)
         if "client_deltas" in group.attrs:
-            deltas = [
-                zarr.open_group(self.folder / name, mode="r")
-                for name in group.attrs["client_deltas"]
-            ]
+            deltas = [open_sealed(self.folder / name) for name in group.attrs["client_deltas"]]
             client_states = {}
             for delta in deltas:
                 client_states.update(read_client_states(delta, self.device))
@@ -310,4 +314,4 @@ class Checkpoints:
     def latest_round(self) -> int | None:
         """Rounds completed by the newest checkpoint (None without one), without loading it."""
         newest = self._newest()
-        return None if newest is None else int(zarr.open_group(newest, mode="r").attrs["round"])
+        return None if newest is None else int(open_sealed(newest).attrs["round"])

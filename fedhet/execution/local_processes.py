@@ -12,6 +12,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.queues import Queue
 
+from fedhet.core import plugin_isolation
 from fedhet.core.pipeline import ProgressSink
 from fedhet.execution.tasks import Task
 from fedhet.process import cores, interrupts, lockfile
@@ -53,6 +54,7 @@ def _worker_init(threads: int, parent: int, events: Queue | None) -> None:
     import torch
 
     _die_with(parent)
+    plugin_isolation.warned_by_parent()  # one warning per broken plug-in, not one per worker
     cores.pin(threads)  # the parent split the free cores between its workers
     torch.set_num_threads(threads)
     # a stop (Ctrl-C reaches the whole process group; SIGTERM from `close`) saves the

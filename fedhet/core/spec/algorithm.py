@@ -18,6 +18,9 @@ def algorithm_configs() -> dict[str, type[AlgorithmSpec]]:
 
 
 def _not_an_algorithm(name: Any, configs: dict[str, type[AlgorithmSpec]]) -> str:
+    unloaded = registry.unloaded(name)  # a method plug-in of that name that failed to load
+    if unloaded:
+        return unloaded
     if name in registry.objective_fields():  # a wrapper goes on a base algorithm
         bases = [n for n, config in configs.items() if name in config.model_fields]
         base = "fedavg" if "fedavg" in bases else bases[0]
@@ -39,7 +42,7 @@ def validate_algorithm(value: Any) -> AlgorithmSpec:
     if not isinstance(name, str) or name not in configs:
         raise located_error(("algorithm", "name"), _not_an_algorithm(name, configs), name)
     try:
-        return configs[name].model_validate(value)
+        return registry.validated(name, value)
     except ValidationError as err:
         located = [
             {"type": e["type"], "loc": ("algorithm", *e["loc"]), "input": e["input"]}

@@ -1,0 +1,149 @@
+"""APFL (Y. Deng, M. M. Kamani, M. Mahdavi, "Adaptive Personalized Federated Learning", 2020),
+Algorithm 1.
+
+Each client i keeps a local model v_i and a mixing weight alpha_i beside its copy of the global
+model w; its personalized model is the mixture v_bar = alpha_i v_i + (1 - alpha_i) w. A local
+step on a batch, from (w, v_i, alpha_i):
+
+    w       <- w - lr grad f_i(w)                       (FedAvg's local step)
+    v_i     <- v_i - lr grad_v f_i(v_bar) = v_i - lr alpha_i grad f_i(v_bar)
+    alpha_i <- clip(alpha_i - lr <v_i - w, grad f_i(v_bar)>, 0, 1)   (when `adaptive`)
+
+all three gradients taken at the step's starting point on the same batch; the server averages
+the w's as FedAvg. Each client is evaluated with alpha_i v_i + (1 - alpha_i) w, w the current
+global model.
+
+The official code (MLOPTPSU/FedTorch, fedtorch/comms/trainings/federated/apfl.py) differs from
+the paper in three ways, and fedhet follows the paper in each:
+- it mixes the two models' outputs, alpha v(x) + (1 - alpha) w(x), not their parameters (the
+  paper's v_bar, which PFLlib's APFL also mixes), so the personalized model is one network;
+- it updates alpha once per round (the first local step), from alpha grad_v + (1 - alpha)
+  grad_w of the two models' separate losses plus 0.02 alpha; fedhet takes the paper's alpha step
+  at every local step, with the exact gradient <v - w, grad f(v_bar)> (autograd through alpha);
+- it takes v's step after w's (v_bar from the updated w); the paper's steps, as fedhet's, start
+  from the same point.
+Every step uses the federation's local SGD (momentum reset each round, weight decay) for v as for
+w; alpha's step is plain, at the round's lr. With alpha fixed at 0 (`adaptive: false`), every
+client's personalized model is the global model, and the run is FedAvg's bit for bit
+(tests/test_pfl_personal.py).
+
+A client keeps v_i and alpha_i in its client state, so they are checkpointed, resumed and
+extended with the run; one that never trained has the initial model as v_i and `alpha`.
+BatchNorm statistics (not parameters) are v's own during its steps, and are mixed as the
+parameters are in the evaluated model.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from fedhet.plugin import ClientJob, ClientResult, Divergence, Tensors, Trainer, tensors
+
+LOCAL = "local."  # + a model state name: the client's local model v_i
+ALPHA = "alpha"  # the client's mixing weight
+
+
+def mixture_loss(
+    local: nn.Module,
+    w: dict[str, torch.Tensor],
+    alpha: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> torch.Tensor:
+    """Cross-entropy of the mixture alpha v + (1 - alpha) w (v: `local`'s parameters, w fixed),
+    differentiable in v and alpha; the buffers are `local`'s."""
+    mixed = {n: alpha * v + (1 - alpha) * w[n] for n, v in local.named_parameters()}
+    return F.cross_entropy(functional_call(local, mixed, (x,)), y)
+
+
+@dataclass
+class Mixture:
+    """A client's v_i and alpha_i during a round: one step per local step, at the step's w."""
+
+    local: nn.Module
+    optimizer: torch.optim.SGD
+    alpha: torch.Tensor
+    adaptive: bool
+    lr: float
+    steps: int = 0
+
+    def step(self, w_model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+        w = {n: p.detach() for n, p in w_model.named_parameters()}
+        alpha = self.alpha.clone().requires_grad_(self.adaptive)
+        self.local.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = mixture_loss(self.local, w, alpha, x, y)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise Divergence(self.steps, value)
+        loss.backward()
+        self.optimizer.step()
+        if self.adaptive:
+            self.alpha = (self.alpha - self.lr * alpha.grad).clamp(0.0, 1.0)
+        self.steps += 1
+
+    def state(self) -> Tensors:
+        own = tensors.clone(self.local.state_dict())
+        return {**{LOCAL + n: v for n, v in own.items()}, ALPHA: self.alpha.detach().clone()}
+
+
+class APFL(Trainer):
+    vectorizable = False  # each client's v_i and alpha_i train beside its copy of w
+
+    @cached_property
+    def initial_model(self) -> Tensors:
+        """Every v_i before its client's first round: the initial model."""
+        return tensors.clone(self.build_model().to(self.setup.device).state_dict())
+
+    def local_model(self, client_state: Tensors) -> tuple[Tensors, torch.Tensor]:
+        """The client's (v_i, alpha_i)."""
+        own = {n[len(LOCAL) :]: v for n, v in client_state.items() if n.startswith(LOCAL)}
+        alpha = client_state.get(ALPHA)
+        if alpha is None:
+            alpha = torch.tensor(self.config.alpha, device=self.setup.device)
+        return own or self.initial_model, alpha
+
+    def client_context(self, job: ClientJob) -> Mixture:
+        state, alpha = self.local_model(job.client_state)
+        local = copy.deepcopy(job.model)
+        local.load_state_dict(state)
+        optimizer = torch.optim.SGD(
+            local.parameters(),
+            lr=job.lr,
+            momentum=self.momentum,
+            weight_decay=self.fed.weight_decay,
+        )
+        return Mixture(local, optimizer, alpha, self.config.adaptive, job.lr)
+
+    def local_loss(
+        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        job.context.step(model, x, y)  # v_i's and alpha_i's step at this step's w
+        return super().local_loss(job, model, x, y)
+
+    def client_update(self, job: ClientJob) -> ClientResult:
+        result = super().client_update(job)
+        job.client_state.update(job.context.state())
+        return result
+
+    def evaluation_states(
+        self, global_state: Tensors, client_states: dict[int, Tensors]
+    ) -> list[Tensors]:
+        """Each given client's alpha_i v_i + (1 - alpha_i) w, in client order."""
+        mixed = [self.personalized(global_state, client_states[c]) for c in sorted(client_states)]
+        return mixed or [global_state]
+
+    def personalized(self, global_state: Tensors, client_state: Tensors) -> Tensors:
+        local, alpha = self.local_model(client_state)
+        return {
+            n: alpha * local[n] + (1 - alpha) * w if w.is_floating_point() else w
+            for n, w in global_state.items()
+        }

@@ -1,0 +1,26 @@
+"""APFL's spec block: `algorithm: {name: apfl, alpha: 0.5, adaptive: true}`."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from fedhet.plugin import MethodConfig
+
+
+class APFLConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.apfl.algorithm:APFL"
+    # each client's mixture alpha v + (1 - alpha) w is what is evaluated (and stored with the run)
+    personalized: ClassVar[bool] = True
+    keeps_momentum_buffers: ClassVar[bool] = False  # the clients' states are models
+    name: Literal["apfl"] = "apfl"
+    alpha: float = Field(
+        0.5, ge=0, le=1, description="each client's mixing weight of its local model, at the start"
+    )
+    adaptive: bool = Field(
+        True, description="learn each client's alpha by gradient steps (clipped to [0, 1])"
+    )
+
+    def base_label(self) -> str:
+        return "APFL" if self.adaptive else f"APFL (alpha={self.alpha:g})"

@@ -1,0 +1,31 @@
+"""Ditto's spec block: `algorithm: {name: ditto, lam: 0.1}`."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from fedhet.plugin import OMIT_IF_DEFAULT, MethodConfig
+
+
+class DittoConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.ditto.algorithm:Ditto"
+    # each client's personal model is what is evaluated (and stored with the run)
+    personalized: ClassVar[bool] = True
+    keeps_momentum_buffers: ClassVar[bool] = False  # the clients' states are personal models
+    name: Literal["ditto"] = "ditto"
+    lam: float = Field(
+        0.1,
+        ge=0,
+        description="lambda: pull of each personal model towards the global one (0: local)",
+    )
+    personal_lr: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        gt=0,
+        description="the personal model's step size, decayed as federation.lr; default: the "
+        "round's lr (the official code's one learning rate)",
+    )
+
+    def base_label(self) -> str:
+        return "Ditto"

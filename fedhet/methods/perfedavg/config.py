@@ -1,0 +1,29 @@
+"""Per-FedAvg's spec block: `algorithm: {name: perfedavg, variant: fo, alpha: 0.01}`."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from fedhet.plugin import MethodConfig
+
+
+class PerFedAvgConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.perfedavg.algorithm:PerFedAvg"
+    # each client's model is the global one adapted by a step on its data: evaluated per client
+    personalized: ClassVar[bool] = True
+    keeps_momentum_buffers: ClassVar[bool] = False  # its local steps are meta-steps
+    name: Literal["perfedavg"] = "perfedavg"
+    variant: Literal["fo", "hf"] = Field(
+        "fo", description="fo: first-order (2 batches a step); hf: Hessian-free (3 batches)"
+    )
+    alpha: float = Field(
+        0.01, gt=0, description="the adaptation step size (inside each step and at evaluation)"
+    )
+    delta: float = Field(
+        0.001, gt=0, description="hf: the finite difference of the Hessian-vector product"
+    )
+
+    def base_label(self) -> str:
+        return f"Per-FedAvg ({self.variant.upper()})"

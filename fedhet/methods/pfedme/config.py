@@ -1,0 +1,42 @@
+"""pFedMe's spec block: `algorithm: {name: pfedme, lam: 15, inner_steps: 5, ...}`."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from fedhet.plugin import MAX_COUNT, InputError, MethodConfig
+
+
+class PFedMeConfig(MethodConfig):
+    trainer: ClassVar[str | None] = "fedhet.methods.pfedme.algorithm:PFedMe"
+    # each client's personalized model theta is what is evaluated (and stored with the run)
+    personalized: ClassVar[bool] = True
+    keeps_momentum_buffers: ClassVar[bool] = False  # the clients' states are models
+    name: Literal["pfedme"] = "pfedme"
+    lam: float = Field(
+        15.0, ge=0, description="lambda: the Moreau envelope's pull of theta towards w"
+    )
+    inner_steps: int = Field(
+        5, ge=1, le=MAX_COUNT, description="K: gradient steps solving each inner problem"
+    )
+    personal_lr: float = Field(
+        0.09,
+        gt=0,
+        description="the inner problem's step size (the official personal_learning_rate)",
+    )
+    beta: float = Field(
+        1.0, gt=0, description="server mixing: (1 - beta) previous global + beta average"
+    )
+
+    def check(self, spec) -> None:
+        super().check(spec)
+        if self.client_momentum(spec.federation) > 0:
+            raise InputError(
+                "federation.momentum: pfedme's steps are the paper's plain gradient steps; "
+                "set algorithm.local_momentum: 0"
+            )
+
+    def base_label(self) -> str:
+        return "pFedMe"
