@@ -31,9 +31,8 @@ from rich.console import Console
 
 from fedhet.core import units
 from fedhet.core.errors import DivergedError
-from fedhet.core.overrides import apply_overrides
 from fedhet.core.pipeline import ProgressSink
-from fedhet.core.spec import Spec, load_spec, parse_spec
+from fedhet.core.spec import Spec, apply_overrides, load_spec, parse_spec
 from fedhet.core.store import ArtifactStore, damage_named
 from fedhet.execution.planning import Run, runs_of
 from fedhet.execution.results import require_stored

@@ -26,8 +26,7 @@ from fedhet.cli.output import Column, Format, present, show
 from fedhet.core import units
 from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.memory_check import require_models_fit
-from fedhet.core.overrides import replaced_axes
-from fedhet.core.spec import Spec, expand, load_mapping, load_spec
+from fedhet.core.spec import Spec, expand, load_mapping, load_spec, replaced_axes
 from fedhet.core.store import ATTRIBUTES_CHECKSUM, INTEGRITY, ArtifactStore, arrays, damage_named
 from fedhet.core.tune_spec import TuneSpec
 from fedhet.data.shapes import data_shape
