@@ -30,7 +30,7 @@ from pydantic_core import PydanticCustomError
 from fedhet.core import architectures, plugins, registry
 from fedhet.core.errors import InputError
 from fedhet.core.model_config import ModelConfig
-from fedhet.core.natural_clients import natural_problem, with_natural_clients
+from fedhet.core.natural_clients import natural_problem, own_tests_problem, with_natural_clients
 from fedhet.core.overrides import apply_overrides, blame, keep_only, override_path
 from fedhet.core.sections import (
     MAX_CLASSES,
@@ -456,8 +456,12 @@ class ClientTestSpec(Section):
     label proportions (fedhet.data.client_test); `fedhet eval` and `fedhet report` score every
     client on it with the model that client would use."""
 
-    per_client: int = Field(
-        ge=1, le=MAX_COUNT, description="test samples per client (fewer where a class runs out)"
+    per_client: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="test samples per client (fewer where a class runs out); none: each "
+        "client's own test samples, of data whose test split names its clients (LEAF)",
     )
 
 
@@ -573,7 +577,7 @@ class Spec(Section):
                     f"partition.feature_shift.levels has {len(shift.levels)} entries for "
                     f"{self.partition.clients} clients; give one level per client"
                 )
-        problem = natural_problem(self.data, self.partition)
+        problem = natural_problem(self.data, self.partition) or own_tests_problem(self)
         if problem is not None:
             raise ValueError(problem)
         try:
