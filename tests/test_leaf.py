@@ -229,3 +229,20 @@ def test_own_test_sets_need_data_naming_its_test_clients(tmp_path: Path):
     spec["partition"] = {"scheme": "iid", "clients": 2}
     with pytest.raises(InputError, match="set partition.scheme: natural or give per_client"):
         parse_spec(spec)
+
+
+SPECS = sorted((Path(__file__).parents[1] / "specs" / "leaf").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_fedprox_specs_say_where_to_get_the_data_and_plan_once_it_is_there(
+    fedhet: CliRunner, tmp_path: Path, path: Path
+):
+    absent = fedhet("spec", "validate", path, cwd=tmp_path)
+    assert absent.rc == 2 and len(absent.stderr.strip().splitlines()) == 1
+    assert "folder not found" in absent.stderr and "docs/how-to/leaf.md" in absent.stderr
+    task = path.stem.removeprefix("fedprox_")
+    leaf_folder(tmp_path / "data" / "leaf" / task, task, {f"u{i}": (3, 1) for i in range(10)})
+    planned = fedhet("spec", "hash", path, cwd=tmp_path)
+    assert planned.rc == 0, planned.stderr
+    assert planned.stdout.count("train") >= 2  # FedAvg and FedProx

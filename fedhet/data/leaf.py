@@ -89,8 +89,8 @@ class LeafData(DataConfig):
         folder, users = self.folder(), self.users()
         clients = sum(user in folder.train for user in users)
         samples = sum(len(folder.train[u][1]) for u in users if u in folder.train)
-        info = DataInfo(SHAPES[self.task], CLASSES[self.task], samples, clients)
-        return info._replace(tokens=self.task != "femnist", client_tests=True)
+        shape, classes, text = SHAPES[self.task], CLASSES[self.task], self.task != "femnist"
+        return DataInfo(shape, classes, samples, clients, tokens=text, client_tests=True)
 
     def identity(self) -> dict[str, Any]:
         found = {"sha256": self.folder().sha256, "task": self.task}
@@ -201,7 +201,11 @@ def _labels(task: str, y: list[Any], where: str) -> np.ndarray:
         if not all(isinstance(c, str) and len(c) == 1 for c in y):
             raise InputError(f"{where}: y is not a list of single characters")
         return np.array(_characters("".join(y), where), dtype=np.int64)
-    classes = CLASSES[task]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < classes for v in y):
+    classes = CLASSES[task]  # FedProx's FEMNIST stores labels as floats (3.0): whole ones pass
+    if not all(_whole(v) and 0 <= v < classes for v in y):
         raise InputError(f"{where}: y holds a label outside the integers 0..{classes - 1}")
     return np.array(y, dtype=np.int64)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == int(value)
