@@ -120,12 +120,32 @@ def test_fedavg_and_fedprox_train_on_a_femnist_folder(fedhet: CliRunner, tmp_pat
 
 
 def test_the_char_lstm_trains_on_a_shakespeare_folder(fedhet: CliRunner, tmp_path: Path):
+    """FedAvg, and TCT, whose eNTK hooks every parameterized module (the LSTM returns one
+    tensor for it)."""
     spec = spec_of(leaf_folder(tmp_path / "s", "shakespeare"), "shakespeare")
     spec["model"] |= {"hidden": 16}
-    spec["federation"] |= {"rounds": 1}
+    tct = {"name": "tct", "stage1": {"rounds": 1}, "stage2": {"rounds": 1}}
+    spec["matrix"] = {"algorithm": [{"name": "fedavg"}, tct]}
     result = fedhet("train", write_spec(tmp_path / "s.yaml", spec), store=tmp_path / "store")
     assert result.rc == 0, result.stderr
-    assert "round 1/1" in result.stderr
+    assert "fedavg, natural, seed 0: round 2/2" in result.stderr and "tct" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"arch": "char_lstm"},
+        {"arch": "char_lstm", "layers": 3, "hidden": 7},
+        {"arch": "bag_of_words", "buckets": 50, "embedding": 3},
+    ],
+)
+def test_text_models_count_their_parameters_as_built(model: dict):
+    from fedhet.core.spec import model_configs
+    from fedhet.models import build_model, num_parameters
+
+    config = model_configs()[model["arch"]].model_validate(model)
+    built = build_model(config, (1, 1, 80), 80, seed=0)
+    assert config.parameter_count((1, 1, 80), 80) == num_parameters(built)
 
 
 @pytest.mark.parametrize(
