@@ -266,3 +266,13 @@ def test_fedprox_specs_say_where_to_get_the_data_and_plan_once_it_is_there(
     planned = fedhet("spec", "hash", path, cwd=tmp_path)
     assert planned.rc == 0, planned.stderr
     assert planned.stdout.count("train") >= 2  # FedAvg and FedProx
+
+
+def test_a_folder_changed_after_planning_is_refused_when_loaded(tmp_path: Path):
+    root = leaf_folder(tmp_path / "femnist", "femnist")
+    spec = parse_spec(spec_of(root))
+    partition_node(spec)  # planned: the keys name the folder as it is now
+    file = root / "train" / "part_1.json"
+    file.write_text(file.read_text().replace("0.", "0.1", 1))
+    with pytest.raises(InputError, match=r"data.path: .*femnist changed while fedhet was using"):
+        load_data(spec.data, seed=0)
