@@ -32,7 +32,8 @@ def natural_problem(data: Any, partition: Any) -> str | None:
     if count is None:
         return (
             f"partition.scheme: natural needs data with client ids, which {data.dataset} has "
-            "not; use dataset arrays with a client array, synthetic, or choose another scheme"
+            "not; use dataset arrays with a client array, images in site folders, synthetic "
+            "or leaf, or choose another scheme"
         )
     if clients != count:
         return (
