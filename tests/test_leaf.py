@@ -76,6 +76,8 @@ def test_sampling_keeps_users_with_enough_samples_and_a_fixed_share(tmp_path: Pa
     sampled = parse_spec(spec_of(root, user_fraction=0.5))
     assert sampled.partition.clients == 2  # round(0.5 * 3)
     assert parse_spec(spec_of(root, user_fraction=0.5)).data.users() == sampled.data.users()
+    with pytest.raises(InputError, match="data.path: no training user kept"):
+        parse_spec(spec_of(root, min_samples=100))
 
 
 def test_text_tasks_encode_characters_and_hashed_words(tmp_path: Path):

@@ -109,14 +109,15 @@ def _kept(folder: LeafFolder, min_samples: int, fraction: float, path: str) -> l
         return sum(len(split[user][1]) for split in (folder.train, folder.test) if user in split)
 
     users = [u for u in users if size(u) >= min_samples]
-    if not any(u in folder.train for u in users):
-        raise InputError(
-            f"{path}: no training user has {min_samples} samples or more; lower data.min_samples"
-        )
-    if fraction < 1:
+    if fraction < 1 and users:
         count = max(1, round(fraction * len(users)))
         drawn = numpy_rng(_USER_SEED, "leaf-users").choice(len(users), count, replace=False)
         users = [users[i] for i in sorted(drawn)]
+    if not any(u in folder.train for u in users):
+        raise InputError(
+            f"{path}: no training user kept (min_samples {min_samples}, user_fraction "
+            f"{fraction}); lower data.min_samples or raise data.user_fraction"
+        )
     return users
 
 
