@@ -12,8 +12,12 @@ class ClientTestSpec(Section):
     label proportions (fedhet.data.client_test); `fedhet eval` and `fedhet report` score every
     client on it with the model that client would use."""
 
-    per_client: int = Field(
-        ge=1, le=MAX_COUNT, description="test samples per client (fewer where a class runs out)"
+    per_client: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="test samples per client (fewer where a class runs out); none: each "
+        "client's own test samples, of data whose test split names its clients (LEAF)",
     )
 
 

@@ -9,7 +9,7 @@ from pydantic import Field, SerializeAsAny, model_validator
 from fedhet.core import plugins
 from fedhet.core.errors import InputError
 from fedhet.core.model_config import ModelConfig
-from fedhet.core.natural_clients import natural_problem, with_natural_clients
+from fedhet.core.natural_clients import natural_problem, own_tests_problem, with_natural_clients
 from fedhet.core.sections import MAX_SEED, OMIT_IF_DEFAULT, AlgorithmSpec, Section
 from fedhet.core.spec.algorithm import validate_algorithm
 from fedhet.core.spec.data import DataSpec
@@ -88,7 +88,7 @@ class Spec(Section):
                     f"partition.feature_shift.levels has {len(shift.levels)} entries for "
                     f"{self.partition.clients} clients; give one level per client"
                 )
-        problem = natural_problem(self.data, self.partition)
+        problem = natural_problem(self.data, self.partition) or own_tests_problem(self)
         if problem is not None:
             raise ValueError(problem)
         try:
