@@ -6,8 +6,9 @@ from typing import Annotated, Any
 
 from pydantic import Field, SerializeAsAny, model_validator
 
-from fedhet.core import plugins
+from fedhet.core import plugins, registry
 from fedhet.core.errors import InputError
+from fedhet.core.plugin_isolation import PluginError
 from fedhet.core.model_config import ModelConfig
 from fedhet.core.natural_clients import natural_problem, own_tests_problem, with_natural_clients
 from fedhet.core.sections import MAX_SEED, OMIT_IF_DEFAULT, AlgorithmSpec, Section
@@ -92,7 +93,9 @@ class Spec(Section):
         if problem is not None:
             raise ValueError(problem)
         try:
-            self.algorithm.check(self)
+            registry.checked(self.algorithm, self)
+        except PluginError as err:  # the plug-in's fault, placed under its block
+            raise ValueError(f"algorithm: {err}") from None
         except InputError as err:  # placed like every other validation error: file, override
             raise ValueError(str(err)) from None
         return self
