@@ -32,6 +32,7 @@ from fedhet.core.errors import InputError
 from fedhet.core.model_config import ModelConfig
 from fedhet.core.natural_clients import natural_problem, with_natural_clients
 from fedhet.core.overrides import apply_overrides, blame, keep_only, override_path
+from fedhet.core.plugin_isolation import PluginError
 from fedhet.core.sections import (
     MAX_CLASSES,
     MAX_CLIENTS,
@@ -577,7 +578,9 @@ class Spec(Section):
         if problem is not None:
             raise ValueError(problem)
         try:
-            self.algorithm.check(self)
+            registry.checked(self.algorithm, self)
+        except PluginError as err:  # the plug-in's fault, placed under its block
+            raise ValueError(f"algorithm: {err}") from None
         except InputError as err:  # placed like every other validation error: file, override
             raise ValueError(str(err)) from None
         return self
