@@ -135,7 +135,11 @@ def test_an_unexpected_exception_is_one_line_with_the_traceback_in_a_file(
     match = CRASH_LINE.fullmatch(errors[0])
     assert match, errors[0]
     kind, module, function, message, path = match.groups()
-    assert (kind, module, function) == ("ZeroDivisionError", "partition_format.py", "load_partition")
+    assert (kind, module, function) == (
+        "ZeroDivisionError",
+        "partition_format.py",
+        "load_partition",
+    )
     written = Path(path).read_text()
     assert Path(path).parent == tmp_path
     assert written.startswith("Traceback (most recent call last)")

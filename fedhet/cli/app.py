@@ -576,13 +576,16 @@ def _stored_runs(
     path: Path, spec: Spec, store: ArtifactStore, train: bool, overrides: list[str] | None
 ) -> list:
     """The spec's runs; unless `train`, exit 2 naming those whose results are not stored (and
-    the `fedhet train` command, overrides included, that stores them)."""
+    the `fedhet train` command, overrides and a --store other than the default included, that
+    stores them)."""
+    from fedhet.core.store import default_root
     from fedhet.execution.planning import runs_of
     from fedhet.execution.results import require_stored
 
     runs = runs_of(spec)
     if not train:
-        command = shlex.join(["fedhet", "train", str(path), *(overrides or ())])
+        given = [] if store.root == default_root() else ["--store", str(store.root)]
+        command = shlex.join(["fedhet", "train", str(path), *(overrides or ()), *given])
         require_stored(runs, store, f"run `{command}` first or pass --train")
     return runs
 
@@ -711,7 +714,8 @@ def report(
         Path | None,
         typer.Option(
             "--out",
-            help="folder for the .md and .png (default: report, in the working directory)",
+            help="folder for the .md and the figures (.png, .svg, .pdf); default: report, in the "
+            "working directory",
             show_default=False,
         ),
     ] = None,
