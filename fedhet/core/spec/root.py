@@ -8,9 +8,9 @@ from pydantic import Field, SerializeAsAny, model_validator
 
 from fedhet.core import plugins, registry
 from fedhet.core.errors import InputError
-from fedhet.core.plugin_isolation import PluginError
 from fedhet.core.model_config import ModelConfig
 from fedhet.core.natural_clients import natural_problem, own_tests_problem, with_natural_clients
+from fedhet.core.plugin_isolation import PluginError
 from fedhet.core.sections import MAX_SEED, OMIT_IF_DEFAULT, AlgorithmSpec, Section
 from fedhet.core.spec.algorithm import validate_algorithm
 from fedhet.core.spec.data import DataSpec
