@@ -137,10 +137,6 @@ def test_an_unexpected_exception_is_one_line_with_the_traceback_in_a_file(
     kind, module, function, message, path = match.groups()
     assert (kind, function) == ("ZeroDivisionError", "load_partition")
     assert module == "partition_format.py"
-        "ZeroDivisionError",
-        "partition_format.py",
-        "load_partition",
-    )
     written = Path(path).read_text()
     assert Path(path).parent == tmp_path
     assert written.startswith("Traceback (most recent call last)")
