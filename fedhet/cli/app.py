@@ -95,8 +95,13 @@ class Services:
 
 SpecPath = Annotated[Path, typer.Argument(help="YAML experiment spec", metavar="SPEC")]
 StoreOpt = Annotated[
-    Path | None,
-    typer.Option("--store", help="artifact store (default: FEDHET_STORE or ./artifacts)"),
+    str | None,
+    typer.Option(
+        "--store",
+        help="artifact store: a folder or s3://BUCKET/PREFIX (default: FEDHET_STORE or "
+        "./artifacts)",
+        metavar="DIR|URL",
+    ),
 ]
 DataRootOpt = Annotated[
     Path | None,
