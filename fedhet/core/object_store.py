@@ -108,14 +108,12 @@ class ObjectStore:
             raise kind(f"store {self.url}: {_cause(str(error))}") from None
 
     def check(self) -> None:
-        """InputError unless the bucket can be listed and written (credentials, endpoint)."""
+        """InputError unless the bucket can be listed (credentials, bucket, endpoint); a
+        store that can be read but not written fails at its first write."""
         import obstore
 
-        probe = f".fedhet-probe-{uuid.uuid4().hex[:12]}"
         with self.reaching(when_input=True):
             obstore.list_with_delimiter(self.store)
-            obstore.put(self.store, probe, b"")
-            obstore.delete(self.store, probe)
 
     # --- artifacts -----------------------------------------------------------------------
 
@@ -325,6 +323,7 @@ def _age(heartbeat: float) -> float:
 def _cause(message: str) -> str:
     """What a server's answer or a failed request says, in a few words and how to fix it."""
     known = [
+        ("169.254.169.254", "no credentials; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
         ("NoSuchBucket", "no such bucket; create it or fix the bucket name"),
         ("InvalidAccessKeyId", "the access key is unknown; check AWS_ACCESS_KEY_ID"),
         ("SignatureDoesNotMatch", "wrong credentials; check AWS_SECRET_ACCESS_KEY"),
