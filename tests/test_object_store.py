@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
-import socket
+import shutil
 import subprocess
 import sys
 import time
@@ -15,72 +15,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import TINY_SPEC, CliRunner, cli_env, write_spec
 
-from tests.conftest import TINY_SPEC, CliRunner, cli_env, write_spec
-
-RCLONE = Path(sys.executable).with_name("rclone")
-KEY_ID = "fedhet-test-key-id-0001"
-SECRET = "fedhet-test-SECRET-9f3c2a7b51d4e6"
-BUCKET = "fedhet"
+from benchmarks.s3_server import BUCKET, KEY_ID, RCLONE, SECRET, S3Server, free_port
 
 SPEC = {
     **TINY_SPEC,
     "name": "tiny-quickstart",
     "matrix": {"algorithm": [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.01}]},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class S3Server:
-    """`rclone serve s3` on a free loopback port, serving the buckets (folders) in `root`."""
-
-    def __init__(self, root: Path):
-        self.root, self.port = root, free_port()
-        (root / BUCKET).mkdir(parents=True)  # a bucket made later is unseen for minutes
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [RCLONE, "serve", "s3", "--addr", f"127.0.0.1:{self.port}"]
-            + ["--auth-key", f"{KEY_ID},{SECRET}", str(self.root)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                assert self.proc.poll() is None, "rclone serve s3 exited"
-                assert time.monotonic() < deadline, "rclone serve s3 did not start"
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()  # by its process id: this fixture started it
-            self.proc.wait(timeout=10)
-
-    def env(self, cache: Path, url: str, **extra: str) -> dict[str, str]:
-        """A machine's environment: its own cache folder (local copies), the store `url`."""
-        return cli_env(
-            FEDHET_STORE=url,
-            FEDHET_CACHE=str(cache),
-            AWS_ENDPOINT_URL=self.endpoint,
-            AWS_ACCESS_KEY_ID=KEY_ID,
-            AWS_SECRET_ACCESS_KEY=SECRET,
-            AWS_REGION="us-east-1",
-            **extra,
-        )
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +34,11 @@ def s3(tmp_path_factory: pytest.TempPathFactory):
     server.start()
     yield server
     server.stop()
+
+
+def machine(s3: S3Server, cache: Path, url: str) -> dict[str, str]:
+    """The environment of a machine with its own local copies (`cache`) of the store `url`."""
+    return cli_env(**s3.variables(cache, url))
 
 
 def new_url() -> str:
@@ -153,7 +101,7 @@ def test_a_store_that_cannot_be_used_fails_in_one_line_before_computing(
     fedhet: CliRunner, s3: S3Server, tmp_path: Path, change: dict, said: str
 ):
     spec = write_spec(tmp_path / "spec.yaml", SPEC)
-    env = s3.env(tmp_path / "cache", new_url()) | change
+    env = machine(s3, tmp_path / "cache", new_url()) | change
     result = fedhet("train", spec, env=env)
     assert said in one_line_error(result, 2)
     assert "computing" not in result.stdout + result.stderr
@@ -168,7 +116,7 @@ def trained(fedhet: CliRunner, s3: S3Server, tmp_path_factory: pytest.TempPathFa
     root = tmp_path_factory.mktemp("trained")
     spec, url = write_spec(root / "spec.yaml", SPEC), new_url()
     local = fedhet("train", spec, store=root / "local")
-    remote = fedhet("train", spec, env=s3.env(root / "machine-a", url))
+    remote = fedhet("train", spec, env=machine(s3, root / "machine-a", url))
     assert local.rc == 0 and remote.rc == 0, local.stderr + remote.stderr
     return {"root": root, "spec": spec, "url": url, "outputs": [local, remote]}
 
@@ -178,7 +126,7 @@ def test_the_quickstart_on_s3_equals_the_local_store_and_another_machine_reuses_
 ):
     root, spec, url = trained["root"], trained["spec"], trained["url"]
     local = fedhet("export", spec, store=root / "local")
-    machine_b = s3.env(root / "machine-b", url)  # an empty local copy: all from the server
+    machine_b = machine(s3, root / "machine-b", url)  # an empty local copy: all from the server
     again = fedhet("train", spec, env=machine_b)
     assert again.rc == 0, again.stderr
     assert "computing" not in again.stderr and again.stderr.count("reusing") == 4
@@ -195,6 +143,32 @@ def test_the_quickstart_on_s3_equals_the_local_store_and_another_machine_reuses_
     assert verify.rc == 0, verify.stderr
     assert verify.stdout.count(": ok") == 3, verify.stdout
     trained["outputs"] += [again, exported, runs, report, verify]
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {f.relative_to(folder).as_posix(): f.read_bytes() for f in folder.rglob("*.zarr/**/*")
+            if f.is_file()}  # fmt: skip
+
+
+def test_push_then_pull_round_trips_every_artifact_bit_for_bit_and_resumes(
+    fedhet: CliRunner, s3: S3Server, trained: dict, tmp_path: Path
+):
+    local, url = trained["root"] / "local", new_url()
+    env = machine(s3, tmp_path / "machine-c", url)
+    (first, *rest) = sorted(files(local))
+    partly = tmp_path / "partly"  # a pull interrupted after its first artifact
+    artifact = first.split(".zarr")[0] + ".zarr"
+    (partly / artifact).parent.mkdir(parents=True)
+    shutil.copytree(local / artifact, partly / artifact)
+
+    pushed = fedhet("artifacts", "push", url, "--store", local, env=env)
+    assert pushed.rc == 0 and pushed.stdout.count("copied ") == 3, pushed.stdout + pushed.stderr
+    pulled = fedhet("artifacts", "pull", url, "--store", partly, env=env)
+    assert pulled.rc == 0 and pulled.stdout.count("copied ") == 2, pulled.stdout + pulled.stderr
+    assert files(partly) == files(local)
+    again = fedhet("artifacts", "push", url, "--store", local, env=env)
+    assert again.rc == 0 and "0 copied to " + url in again.stdout, again.stdout
+    trained["outputs"] += [pushed, pulled, again]
 
 
 def test_no_secret_is_written_anywhere_and_the_url_shown_has_no_credentials(
@@ -216,7 +190,7 @@ def test_an_artifact_without_its_marker_is_absent_and_one_not_matching_it_is_nev
 
     from fedhet.core.object_store import remote_for
 
-    for name, value in s3.env(tmp_path, "").items():
+    for name, value in s3.variables(tmp_path, "").items():
         monkeypatch.setenv(name, value)
     source, copy_url = remote_for(trained["url"]), new_url()
     copy = remote_for(copy_url)
@@ -226,14 +200,14 @@ def test_an_artifact_without_its_marker_is_absent_and_one_not_matching_it_is_nev
     for name in names:
         if name not in markers:  # a writer that died before its markers
             obstore.put(copy.store, name, obstore.get(source.store, name).bytes())
-    runs = fedhet("runs", trained["spec"], env=s3.env(tmp_path / "b", copy_url))
+    runs = fedhet("runs", trained["spec"], env=machine(s3, tmp_path / "b", copy_url))
     assert runs.rc == 0 and runs.stdout.count("missing") == 2, runs.stdout + runs.stderr
 
     for marker in markers:
         obstore.put(copy.store, marker, obstore.get(source.store, marker).bytes())
     (chunk,) = [n for n in names if n.startswith("partition/") and n.endswith("/c/0")][:1]
     obstore.put(copy.store, chunk, b"not what the marker says")
-    result = fedhet("train", trained["spec"], env=s3.env(tmp_path / "c", copy_url))
+    result = fedhet("train", trained["spec"], env=machine(s3, tmp_path / "c", copy_url))
     line = one_line_error(result, 1)
     assert "damaged (checksum mismatch)" in line and "partition/" in line, line
 
@@ -254,7 +228,7 @@ def test_the_server_killed_mid_train_then_a_rerun_equals_an_uninterrupted_run(
     fedhet: CliRunner, s3: S3Server, tmp_path: Path
 ):
     spec, url, cache = write_spec(tmp_path / "spec.yaml", SLOW), new_url(), tmp_path / "cache"
-    env = s3.env(cache, url)
+    env = machine(s3, cache, url)
     proc = subprocess.Popen(
         [sys.executable, "-m", "fedhet", "train", spec],
         env=env,

@@ -478,13 +478,29 @@ class ArtifactStore:
                     }
                 )
                 seal(group)
-                if self.remote is not None:  # committed there before it is here
-                    self.remote.publish(tmp, stage, key)
-                os.rename(tmp, final)
-                shutil.rmtree(self.partial_dir(stage, key), ignore_errors=True)
+                self._publish(tmp, stage, key)
         finally:
             # an interrupted write may still have zarr I/O in flight: what lands later is a
             # dead writer's temporary, which `gc` removes
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _publish(self, tmp: Path, stage: str, key: str) -> None:
+        """Publish the complete group in the temporary sibling `tmp`, then drop its checkpoints."""
+        if self.remote is not None:  # committed there before it is here
+            self.remote.publish(tmp, stage, key)
+        os.rename(tmp, self.path(stage, key))
+        shutil.rmtree(self.partial_dir(stage, key), ignore_errors=True)
+
+    def adopt(self, folder: Path, stage: str, key: str) -> None:
+        """Publish a copy of the sealed artifact in `folder` (of another store), bit for bit.
+        The caller must hold `lock(stage, key)`."""
+        final = self.path(stage, key)
+        tmp = final.with_name(f"{final.name}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            shutil.copytree(folder, tmp)
+            with interrupts.deferred():
+                self._publish(tmp, stage, key)
+        finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
     # --- maintenance --------------------------------------------------------------------
