@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from fedhet.core.cache import cache_folder
@@ -244,15 +244,15 @@ class ObjectStore:
             return lockfile.UNKNOWN, heartbeat
 
     def holder(self, stage: str, key: str) -> lockfile.Owner | None:
-        """The owner of the key's lock while its heartbeat is fresh."""
+        """The live owner of the key's lock, judged as a lock file's (`lockfile.is_live`): a
+        process of this host that is gone, or a heartbeat older than `stale_after()`, is not."""
         with self.reaching():
             found = self._lock_owner(f"{stage}/{key}{LOCK}")
-        fresh = found is not None and _age(found[1]) < lockfile.stale_after()
-        return found[0] if fresh else None
+        return found[0] if found is not None and lockfile.is_live(*found) else None
 
     def try_lock(self, stage: str, key: str) -> RemoteLease | None:
-        """The key's lock, written with If-None-Match; None while another owner's heartbeat is
-        fresh (a stale lock is deleted and taken)."""
+        """The key's lock, written with If-None-Match; None while a live owner holds it (a
+        dead owner's is deleted and taken)."""
         import obstore
 
         path, owner = f"{stage}/{key}{LOCK}", lockfile.Owner.me()
@@ -261,7 +261,7 @@ class ObjectStore:
             for _ in range(2):
                 found = self._lock_owner(path)
                 if found is not None:
-                    if _age(found[1]) < lockfile.stale_after():
+                    if lockfile.is_live(*found):
                         return None
                     obstore.delete(self.store, path)
                 try:
@@ -314,10 +314,6 @@ def _taken() -> tuple[type[Exception], ...]:
 
 def _owner_bytes(owner: lockfile.Owner) -> bytes:
     return json.dumps(asdict(owner)).encode()
-
-
-def _age(heartbeat: float) -> float:
-    return datetime.now(UTC).timestamp() - heartbeat
 
 
 def _cause(message: str) -> str:
