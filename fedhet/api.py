@@ -46,7 +46,8 @@ def load(
     spec: str | Path | Mapping[str, Any], *overrides: str, store: str | Path | None = None
 ) -> Experiment:
     """The experiment of a spec file (or a spec as a mapping) with `overrides` (PATH=VALUE, as on
-    the command line) over the artifact store `store` (default: FEDHET_STORE or ./artifacts)."""
+    the command line) over the artifact store `store`, a folder or `s3://BUCKET/PREFIX` (default:
+    FEDHET_STORE or ./artifacts)."""
     if isinstance(spec, Mapping):
         parsed = parse_spec(apply_overrides(dict(spec), overrides), "spec")
     else:

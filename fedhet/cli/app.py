@@ -94,8 +94,13 @@ class Services:
 
 SpecPath = Annotated[Path, typer.Argument(help="YAML experiment spec", metavar="SPEC")]
 StoreOpt = Annotated[
-    Path | None,
-    typer.Option("--store", help="artifact store (default: FEDHET_STORE or ./artifacts)"),
+    str | None,
+    typer.Option(
+        "--store",
+        help="artifact store: a folder or s3://BUCKET/PREFIX (default: FEDHET_STORE or "
+        "./artifacts)",
+        metavar="DIR|URL",
+    ),
 ]
 DataRootOpt = Annotated[
     Path | None,
@@ -965,6 +970,40 @@ def artifacts_rm(
     for info in [*dependents, *targets.values()]:
         st.remove(info)
         out.print(f"removed {info.stage}/{info.key[:10]}  {info.attrs.get('label', '')}")
+
+
+def _copy(source: ArtifactStore, destination: ArtifactStore) -> None:
+    from fedhet.core.transfer import copy_artifacts
+
+    copied = 0
+    for info in copy_artifacts(source, destination):
+        out.print(f"copied {info.stage}/{info.key[:12]}  {info.attrs.get('label', '')}")
+        copied += 1
+    out.print(f"{copied} copied to {destination.location}", soft_wrap=True)
+
+
+@artifacts_app.command(
+    "push", epilog=_example("fedhet artifacts push s3://my-bucket/fedhet --store artifacts")
+)
+def artifacts_push(
+    destination: Annotated[str, typer.Argument(help="store to copy into: a folder or a URL")],
+    store: StoreOpt = None,
+) -> None:
+    """Copy every artifact of the store missing from DESTINATION, bit for bit (rerun to resume
+    an interrupted copy)."""
+    _copy(ArtifactStore(store), ArtifactStore(destination))
+
+
+@artifacts_app.command(
+    "pull", epilog=_example("fedhet artifacts pull s3://my-bucket/fedhet --store artifacts")
+)
+def artifacts_pull(
+    source: Annotated[str, typer.Argument(help="store to copy from: a folder or a URL")],
+    store: StoreOpt = None,
+) -> None:
+    """Copy every artifact of SOURCE missing from the store, bit for bit (rerun to resume an
+    interrupted copy)."""
+    _copy(ArtifactStore(source), ArtifactStore(store))
 
 
 @artifacts_app.command(
