@@ -157,7 +157,7 @@ def test_debug_shows_the_traceback(crashing: tuple[Path, Path, Path], tmp_path: 
     assert result.rc == 1
     assert "Traceback (most recent call last)" in result.stderr
     assert "in load_partition" in result.stderr
-    assert re.search(r"error: unexpected \w+ at sitecustomize\.py", stderr_lines(result)[-1])
+    assert re.search(r"error: unexpected \w+ at partition_format\.py", stderr_lines(result)[-1])
 
 
 # --- interrupts -----------------------------------------------------------------------------
