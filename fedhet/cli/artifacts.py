@@ -11,18 +11,16 @@ import typer
 from rich.table import Table
 
 from fedhet.cli.options import FormatOpt, StoreOpt, example, group, load, out
-from fedhet.cli.output import Column, Format, show
+from fedhet.cli.output import Column, Format, named, show
 from fedhet.core.errors import FedhetError, InputError
 from fedhet.core.store import ATTRIBUTES_CHECKSUM, INTEGRITY, ArtifactStore, arrays
 
 commands = group("Inspect and maintain the artifact store.")
 
 LS_COLUMNS = [
-    Column("stage", "stage"),
-    Column("key", "key"),
-    Column("label", "label"),
+    *named("stage", "key", "label"),
     Column("size", "MB", "megabytes"),
-    Column("created", "created"),
+    *named("created"),
 ]
 
 

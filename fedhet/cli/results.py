@@ -23,7 +23,16 @@ from fedhet.cli.options import (
     say,
     spec_arguments,
 )
-from fedhet.cli.output import Column, Format, present, show
+from fedhet.cli.output import (
+    ACCURACIES,
+    RUN_LABELS,
+    SEED,
+    Column,
+    Format,
+    named,
+    present,
+    show,
+)
 from fedhet.cli.run import train_runs
 from fedhet.core import units
 from fedhet.core.errors import InputError
@@ -33,14 +42,11 @@ from fedhet.core.store import ArtifactStore
 commands = typer.Typer()
 
 RUN_COLUMNS = [
-    Column("algorithm", "algorithm"),
-    Column("setting", "setting"),
-    Column("seed", "seed", "number"),
-    Column("state", "state"),
-    Column("best_test", "best test %", "pct"),
-    Column("test_at_best_val", "test at best val %", "pct", optional=True),
-    Column("final", "final %", "pct"),
-    Column("rounds", "rounds", "number"),
+    *RUN_LABELS,
+    SEED,
+    *named("state"),
+    *ACCURACIES,
+    *named("rounds", kind="number"),
     Column("wall_time_s", "time s", "seconds", optional=True),  # none until a run is stored
 ]
 
@@ -83,13 +89,12 @@ def runs(
 
 
 EVAL_COLUMNS = [
-    Column("algorithm", "algorithm"),
-    Column("setting", "setting"),
-    Column("seed", "seed", "number"),
-    Column("model", "model"),
+    *RUN_LABELS,
+    SEED,
+    *named("model"),
     Column("accuracy", "accuracy %", "pct"),
     Column("own_angle", "own angle %", "pct", optional=True),
-    Column("loss", "loss", "number"),
+    *named("loss", kind="number"),
     Column("per_class", "per class %"),
     Column("per_client", "per client % (train samples)"),
 ]

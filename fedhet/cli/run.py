@@ -21,7 +21,16 @@ from fedhet.cli.options import (
     out,
     spec_arguments,
 )
-from fedhet.cli.output import Column, Format, present, show
+from fedhet.cli.output import (
+    ACCURACIES,
+    RUN_LABELS,
+    SEED,
+    Column,
+    Format,
+    named,
+    present,
+    show,
+)
 from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.store import ArtifactStore
 
@@ -31,15 +40,13 @@ partition_commands = typer.Typer()
 commands = typer.Typer()
 
 PARTITION_COLUMNS = [
-    Column("client", "client", "number"),
-    Column("size", "size", "number"),
-    Column("classes", "classes", "number"),
+    *named("client", "size", "classes", kind="number"),
     Column("dominant_class", "top class", "number"),
     Column("dominant_share", "top %", "pct"),
     Column("hellinger", "Hellinger", "number"),
     Column("jensen_shannon", "JS", "number"),
     Column("earth_movers", "EMD", "number"),
-    Column("angle", "angle", "number"),
+    *named("angle", kind="number"),
 ]
 
 
@@ -99,12 +106,9 @@ def partition(
 
 
 RESULT_COLUMNS = [
-    Column("algorithm", "algorithm"),
-    Column("setting", "setting"),
-    Column("seed", "seed", "number"),
-    Column("best_test", "best test %", "pct"),
-    Column("test_at_best_val", "test at best val %", "pct", optional=True),
-    Column("final", "final %", "pct"),
+    *RUN_LABELS,
+    SEED,
+    *ACCURACIES,
     Column("rounds_to_target", "to target", "number"),
     Column("wall_time_s", "time s", "seconds"),
 ]
@@ -183,12 +187,9 @@ def sweep_view(runs: list, store: ArtifactStore):
 
 
 PLAN_COLUMNS = [
-    Column("run", "run"),
-    Column("stage", "stage"),
-    Column("key", "key"),
-    Column("state", "state"),
+    *named("run", "stage", "key", "state"),
     Column("runs", "runs", "number"),
-    Column("left", "left"),
+    *named("left"),
 ]
 
 
@@ -236,11 +237,10 @@ def plan(
 
 
 TUNE_COLUMNS = [
-    Column("algorithm", "algorithm"),
-    Column("setting", "setting"),
-    Column("trials", "trials", "number"),
+    *RUN_LABELS,
+    *named("trials", kind="number"),
     Column("pruned", "stopped early", "number", optional=True),
-    Column("chosen", "chosen"),
+    *named("chosen"),
     Column("best_val", "best val %", "pct"),
     Column("median_val", "median val %", "pct"),
     Column("extended", "values added", optional=True),
@@ -248,16 +248,14 @@ TUNE_COLUMNS = [
     Column("edge", "at an edge", optional=True),
 ]
 TRIAL_COLUMNS = [
-    Column("algorithm", "algorithm"),
-    Column("setting", "setting"),
-    Column("trial", "trial", "number"),
-    Column("values", "values"),
+    *RUN_LABELS,
+    *named("trial", kind="number"),
+    *named("values"),
     Column("val_score", "val %", "pct"),
     Column("scores", "per seed %"),
     Column("pruned_at", "stopped at round", "number", optional=True),
     Column("runoff_score", "runoff mean %", "pct", optional=True),
-    Column("chosen", "chosen"),
-    Column("keys", "keys"),
+    *named("chosen", "keys"),
 ]
 
 
