@@ -23,8 +23,9 @@ Describing a method (light: validating and planning a spec import no torch)
         The validated spec a config plans from.
     ModelChoice
         "final" | "best": which stored model a score is of.
-    data_shape, norm_kinds
-        A spec's input shape, and the kinds of normalization layer its model has (for checks).
+    data_shape, norm_kinds, parameter_layers, layer_split_problem
+        A spec's input shape, the kinds of normalization layer its model has, its layers that
+        hold parameters, and why its last k layers cannot be split from the rest (for checks).
 
 Training: the trainer and its one client step
     Trainer
@@ -51,6 +52,10 @@ Training: the trainer and its one client step
         One client's work in a round, its result, and the traffic a round adds.
     A trainer that trains its clients in a way no client step states overrides
     `client_update` (and `local_loss`, the data term) and declares `vectorizable = False`.
+    PartlyLocal, fine_tune
+        Personalized training: a trainer whose named layers stay on each client while the rest
+        is averaged (FedPer, LG-FedAvg, FedRep, FedRoD), and k local SGD steps of a model on a
+        client's training samples (fine-tuning at evaluation: FedAvg-FT, FedBABU).
     Mixer, Mixup, MixedBatches
         Input mixup of a local batch (Zhang et al. 2018), drawn from a seeded generator: the one
         helper of every method that mixes its clients' batches (mixup, FedBR's mixup option);
@@ -110,7 +115,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from fedhet.core.architectures import norm_kinds
+from fedhet.core.architectures import layer_split_problem, norm_kinds, parameter_layers
 from fedhet.core.errors import DivergedError, InputError, RunError
 from fedhet.core.pipeline import RunContext, StageNode, ensure, stage
 from fedhet.core.registry import Method, ObjectiveEntry
@@ -145,6 +150,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "MixedBatches": ("fedhet.engine.mixup", "MixedBatches"),
     "Mixer": ("fedhet.engine.mixup", "Mixer"),
     "Mixup": ("fedhet.engine.mixup", "Mixup"),
+    "PartlyLocal": ("fedhet.engine.personal", "PartlyLocal"),
     "Scores": ("fedhet.metrics.accuracy", "Scores"),
     "Stacked": ("fedhet.engine.client_step", "Stacked"),
     "Tensors": ("fedhet.engine.tensors", "Tensors"),
@@ -159,6 +165,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "effective_steps": ("fedhet.engine.local", "effective_steps"),
     "evaluate": ("fedhet.engine.loop", "evaluate"),
     "figure_format": ("fedhet.figures", "figure_format"),
+    "fine_tune": ("fedhet.engine.personal", "fine_tune"),
     "image_grid": ("fedhet.figures", "image_grid"),
     "load_data": ("fedhet.data.datasets", "load_data"),
     "num_local_steps": ("fedhet.engine.system", "num_local_steps"),
@@ -200,7 +207,9 @@ __all__ = [
     "derive_seed",
     "ensure",
     "expand",
+    "layer_split_problem",
     "norm_kinds",
+    "parameter_layers",
     "parse_run",
     "partition_node",
     "stage",

@@ -27,6 +27,8 @@ METHODS = [
     {"name": "pfedme"},
     {"name": "apfl"},
     {"name": "perfedavg", "variant": "hf"},
+    {"name": "fedrep", "head_epochs": 0.2},
+    {"name": "fedrod"},
 ]
 
 

@@ -67,6 +67,12 @@ CONFIGS = {
     "pfedme": ({}, {}),
     "apfl": ({}, {}),
     "perfedavg": ({"variant": "hf"}, {}),
+    "fedper": ({}, {}),
+    "lgfedavg": ({}, {}),
+    "fedrep": ({"head_epochs": 0.2}, {}),
+    "fedbabu": ({"finetune_steps": 2}, {}),
+    "fedrod": ({}, {}),
+    "finetune": ({"finetune_steps": 2}, {}),
     "fedtan": ({}, {"model": BN_CNN}),
     "fedavg_alg2": ({}, {"model": BN_CNN}),
     "fedtan_ii": ({"sync_rounds": 1}, {"model": BN_CNN}),  # round 2 runs frozen

@@ -100,6 +100,7 @@ EVAL_COLUMNS = [
 ]
 CLIENT_TEST_COLUMNS = [  # over the clients' accuracies on their own test sets
     Column("client_test_mean", "client mean %", "pct"),
+    Column("client_test_weighted_mean", "weighted mean %", "pct"),
     Column("client_test_worst_decile", "worst 10% %", "pct"),
     Column("client_test_std", "client std %", "pct"),
 ]

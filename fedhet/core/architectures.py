@@ -298,3 +298,32 @@ def group_norm_problem(model: ModelFields) -> str | None:
 def split_points(model: ModelFields) -> list[str]:
     """The names of the stages after which the model can be split, in forward order."""
     return describe(model, *_ANY_INPUT).split_points
+
+
+def parameter_layers(model: ModelFields) -> list[str]:
+    """The model's layers that hold parameters, in forward order, each named by the prefix of
+    its state-dict entries: every feature stage with parameters (`features.<stage>`), then
+    `head`. A plug-in's model (fedhet.core.model_config) is two layers, `features` and `head`.
+    What personalized methods count their personal layers in (from the output: `head` is 1)."""
+    if model.arch not in ARCHITECTURES:
+        return ["features", "head"]
+    stages = describe(model, *_ANY_INPUT).stages
+    held = [s.name for s in stages if any(layer.parameters for layer in s.layers)]
+    return [*(f"features.{name}" for name in held), "head"]
+
+
+def layer_split_problem(model: ModelFields, count: int) -> str | None:
+    """Why the last `count` of the model's `parameter_layers` cannot be split from the layers
+    below them (at least one must stay below), or None."""
+    layers = parameter_layers(model)
+    if count < len(layers):
+        return None
+    if len(layers) == 1:
+        return (
+            "leaves no other layer: the model's only layer with parameters is its head; "
+            "give it hidden layers"
+        )
+    return (
+        f"leaves no other layer of the model's {len(layers)} ({', '.join(layers)}); "
+        f"choose at most {len(layers) - 1}"
+    )

@@ -30,6 +30,7 @@ FRACTIONS = frozenset(
         "best_val",
         "median_val",
         "val_score",
+        "client_test_weighted_mean",
         "runoff_score",
         "target_accuracy",
         "accuracy",

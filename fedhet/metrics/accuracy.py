@@ -30,20 +30,32 @@ class Scores:
 @dataclass(frozen=True)
 class ClientSpread:
     """How accuracy spreads over clients (clients with no test samples left out): the mean, the
-    mean of the worst decile (the ceil(K / 10) lowest of the K clients measured) and the standard
-    deviation (np.std, ddof=0); NaN when no client is measured."""
+    mean weighted by the clients' `weights` (their training samples; without weights, the
+    mean), the mean of the worst decile (the ceil(K / 10) lowest of the K clients measured) and
+    the standard deviation (np.std, ddof=0); NaN when no client is measured."""
 
     mean: float
+    weighted_mean: float
     worst_decile: float
     std: float
 
 
-def client_spread(accuracies: Sequence[float]) -> ClientSpread:
-    measured = np.sort([a for a in accuracies if not math.isnan(a)])
-    if not measured.size:
-        return ClientSpread(math.nan, math.nan, math.nan)
-    worst = measured[: math.ceil(measured.size / 10)]
-    return ClientSpread(float(measured.mean()), float(worst.mean()), float(measured.std()))
+def client_spread(
+    accuracies: Sequence[float], weights: Sequence[float] | None = None
+) -> ClientSpread:
+    values = np.asarray(accuracies, dtype=np.float64)
+    measured = ~np.isnan(values)
+    if not measured.any():
+        return ClientSpread(math.nan, math.nan, math.nan, math.nan)
+    weighted = np.ones_like(values) if weights is None else np.asarray(weights, dtype=np.float64)
+    ranked = np.sort(values[measured])
+    worst = ranked[: math.ceil(ranked.size / 10)]
+    return ClientSpread(
+        float(ranked.mean()),
+        float(np.average(values[measured], weights=weighted[measured])),
+        float(worst.mean()),
+        float(ranked.std()),
+    )
 
 
 def class_accuracies(

@@ -24,7 +24,7 @@ from fedhet.engine.run_format import read_client_states
 from fedhet.engine.setup import build_setup, own_angle_test
 from fedhet.execution.planning import Run
 from fedhet.execution.results import Outcome
-from fedhet.metrics.accuracy import Scores, class_accuracies, client_spread
+from fedhet.metrics.accuracy import ClientSpread, Scores, class_accuracies, client_spread
 from fedhet.metrics.cgv import client_gradient_variance
 from fedhet.process import allocator
 
@@ -51,8 +51,8 @@ def evaluate_run(
     """Scores of the run's `model` (final or best); with `cgv`, also the client gradient
     variance of its final network (None for a method whose model is no network, like TCT's).
     With `eval.client_test`, each client's accuracy on its own test set and their spread
-    (`client_test_mean`, `client_test_worst_decile`, `client_test_std`; see
-    fedhet.metrics.accuracy.ClientSpread).
+    (`client_test_mean`, `client_test_weighted_mean` weighted by the clients' training samples,
+    `client_test_worst_decile`, `client_test_std`; see fedhet.metrics.accuracy.ClientSpread).
 
     A method whose final artifact holds no network scores it itself (MethodConfig.score_artifact);
     the same fields come back for every method.
@@ -67,7 +67,8 @@ def evaluate_run(
         scores, variance = network_scores(run, ctx, group, model, cgv)
     report = {**_described(run, model), **asdict(scores)}
     if scores.client_test is not None:
-        spread = client_spread(scores.client_test)
+        sizes = load_partition(ctx.upstream(run.node, "partition")).histogram.sum(axis=1)
+        spread = client_spread(scores.client_test, sizes)
         report.update({f"client_test_{name}": value for name, value in asdict(spread).items()})
     if cgv:
         report["cgv"] = variance
@@ -99,7 +100,7 @@ def evaluate_outcome(
         return {**report, "diverged": None}
     unscored = {field.name: None for field in fields(Scores)}
     if run.spec.eval.client_test is not None:
-        unscored |= {f"client_test_{name}": None for name in ("mean", "worst_decile", "std")}
+        unscored |= {f"client_test_{field.name}": None for field in fields(ClientSpread)}
     return {
         **_described(run, model),
         "diverged": reached.diverged_round,

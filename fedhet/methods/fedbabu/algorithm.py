@@ -1,0 +1,74 @@
+"""`fedbabu`: Towards Enhanced Representation for Federated Image Classification (Oh et al.,
+2022).
+
+During federated training only the body is trained and averaged ("body aggregation, body
+update"): the head keeps its random initialization on every client. For evaluation each client
+fine-tunes the global model on its own training data; the paper fine-tunes the whole model for
+tau_f epochs and also reports fine-tuning the head alone. The official code (jhoon-oh/FedBABU)
+was not in the index read for this; PFLlib (TsingZ0/PFLlib, clientbabu.py) does the same with
+the head's parameters excluded from training (`requires_grad = False`) and, after the last
+round, `fine_tuning_epochs` epochs of body and head (the default) or either.
+
+Here:
+- The head is the model's seeded initial head (`head.*`): the same on every client without
+  being sent, so it does not cross the network and bytes count the body alone. It is restored
+  after every local step, exactly (a learning rate of 0 for it, whatever the momentum or weight
+  decay), and the server keeps its copy rather than averaging identical ones, so it never changes
+  by a bit.
+- Fine-tuning is `finetune_steps` steps (not epochs: a step count is the same work for every
+  client) of the clients' local SGD at `finetune_lr` (default `federation.lr`), of the whole
+  model (`finetune: full`, the paper's) or the head (`finetune: head`), on batches drawn from the
+  client's own generator (fedhet.plugin.fine_tune), always from the global model (nothing a
+  client fine-tunes is kept). It happens at every evaluation: during training (the round's test
+  accuracy is the mean over the clients that have trained of their fine-tuned models' accuracy)
+  and in `fedhet eval`, where every client with samples is fine-tuned, those never sampled
+  included. With 0 steps each client's model is the global one.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from fedhet.plugin import ClientStep, Stacked, Tensors, Trainer, fine_tune, tensors
+
+
+class FrozenHead(ClientStep):
+    """The head's parameters put back to the round's values after every optimizer step."""
+
+    def __init__(self, head: Tensors):
+        self.head = head
+
+    def after_step(self, params: Stacked, extras: Stacked, lr: float) -> None:
+        for name, value in self.head.items():
+            params[name].copy_(value)  # broadcast over the cohort's leading client dim
+
+
+class FedBABU(Trainer):
+    @cached_property
+    def head_names(self) -> frozenset[str]:
+        return frozenset(n for n in self.param_names if n.startswith("head."))
+
+    def shared(self, state: Tensors) -> Tensors:
+        return {k: v for k, v in state.items() if k not in self.head_names}
+
+    def client_step(self, round: int, global_state: Tensors, server_state: Tensors) -> FrozenHead:
+        return FrozenHead({n: global_state[n] for n in self.head_names})
+
+    def aggregate(self, round, global_state, server_state, results, weights) -> Tensors:
+        averaged = tensors.weighted_average([self.shared(r.state) for r in results], weights)
+        return {k: averaged.get(k, v) for k, v in global_state.items()}
+
+    def evaluation_states(
+        self, global_state: Tensors, client_states: dict[int, Tensors]
+    ) -> list[Tensors]:
+        """The global model fine-tuned on each client's data, in client order."""
+        config = self.config
+        lr = config.finetune_lr or self.fed.lr
+        trainable = self.head_names if config.finetune == "head" else None
+        tuned = [
+            fine_tune(
+                self, global_state, self.setup.clients[c], config.finetune_steps, lr, trainable
+            )
+            for c in sorted(client_states)
+        ]
+        return tuned or [global_state]

@@ -1,0 +1,1 @@
+"""FedRoD (Chen & Chao, 2022): a generic head (balanced softmax) and a personalized head."""
