@@ -64,7 +64,7 @@ def named(*keys: str, kind: Kind = "text") -> list[Column]:
 
 
 RUN_LABELS = named("algorithm", "setting")
-SEED = Column("seed", "seed", "number")
+RUN_ID = [*RUN_LABELS, Column("seed", "seed", "number")]  # one run: its labels and seed
 ACCURACIES = [  # a run's test accuracy: its best, at its best validation round, its final
     Column("best_test", "best test %", "pct"),
     Column("test_at_best_val", "test at best val %", "pct", optional=True),

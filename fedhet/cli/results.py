@@ -25,8 +25,7 @@ from fedhet.cli.options import (
 )
 from fedhet.cli.output import (
     ACCURACIES,
-    RUN_LABELS,
-    SEED,
+    RUN_ID,
     Column,
     Format,
     named,
@@ -42,8 +41,7 @@ from fedhet.core.store import ArtifactStore
 commands = typer.Typer()
 
 RUN_COLUMNS = [
-    *RUN_LABELS,
-    SEED,
+    *RUN_ID,
     *named("state"),
     *ACCURACIES,
     *named("rounds", kind="number"),
@@ -89,8 +87,7 @@ def runs(
 
 
 EVAL_COLUMNS = [
-    *RUN_LABELS,
-    SEED,
+    *RUN_ID,
     *named("model"),
     Column("accuracy", "accuracy %", "pct"),
     Column("own_angle", "own angle %", "pct", optional=True),

@@ -23,8 +23,8 @@ from fedhet.cli.options import (
 )
 from fedhet.cli.output import (
     ACCURACIES,
+    RUN_ID,
     RUN_LABELS,
-    SEED,
     Column,
     Format,
     named,
@@ -106,8 +106,7 @@ def partition(
 
 
 RESULT_COLUMNS = [
-    *RUN_LABELS,
-    SEED,
+    *RUN_ID,
     *ACCURACIES,
     Column("rounds_to_target", "to target", "number"),
     Column("wall_time_s", "time s", "seconds"),
