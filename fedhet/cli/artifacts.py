@@ -10,18 +10,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from fedhet.cli.columns import LS_COLUMNS
 from fedhet.cli.options import FormatOpt, StoreOpt, example, group, load, out
-from fedhet.cli.output import Column, Format, named, show
+from fedhet.cli.output import Format, show
 from fedhet.core.errors import FedhetError, InputError
 from fedhet.core.store import ATTRIBUTES_CHECKSUM, INTEGRITY, ArtifactStore, arrays
 
 commands = group("Inspect and maintain the artifact store.")
-
-LS_COLUMNS = [
-    *named("stage", "key", "label"),
-    Column("size", "MB", "megabytes"),
-    *named("created"),
-]
 
 
 @commands.command(

@@ -58,20 +58,6 @@ def present(columns: list[Column], rows: list[dict]) -> list[Column]:
     return [c for c in columns if not c.optional or any(not _missing(r.get(c.key)) for r in rows)]
 
 
-def named(*keys: str, kind: Kind = "text") -> list[Column]:
-    """Columns headed by their own keys (`algorithm`, `setting`)."""
-    return [Column(key, key, kind) for key in keys]
-
-
-RUN_LABELS = named("algorithm", "setting")
-RUN_ID = [*RUN_LABELS, Column("seed", "seed", "number")]  # one run: its labels and seed
-ACCURACIES = [  # a run's test accuracy: its best, at its best validation round, its final
-    Column("best_test", "best test %", "pct"),
-    Column("test_at_best_val", "test at best val %", "pct", optional=True),
-    Column("final", "final %", "pct"),
-]
-
-
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 

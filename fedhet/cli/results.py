@@ -11,6 +11,13 @@ from typing import Annotated, Literal
 
 import typer
 
+from fedhet.cli.columns import (
+    CGV_COLUMNS,
+    CLIENT_TEST_COLUMNS,
+    CLIENT_TEST_LIST,
+    EVAL_COLUMNS,
+    RUN_COLUMNS,
+)
 from fedhet.cli.options import (
     DataRootOpt,
     FormatOpt,
@@ -23,15 +30,7 @@ from fedhet.cli.options import (
     say,
     spec_arguments,
 )
-from fedhet.cli.output import (
-    ACCURACIES,
-    RUN_ID,
-    Column,
-    Format,
-    named,
-    present,
-    show,
-)
+from fedhet.cli.output import Column, Format, present, show
 from fedhet.cli.run import train_runs
 from fedhet.core import units
 from fedhet.core.errors import InputError
@@ -39,14 +38,6 @@ from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 
 commands = typer.Typer()
-
-RUN_COLUMNS = [
-    *RUN_ID,
-    *named("state"),
-    *ACCURACIES,
-    *named("rounds", kind="number"),
-    Column("wall_time_s", "time s", "seconds", optional=True),  # none until a run is stored
-]
 
 
 @commands.command(
@@ -84,27 +75,6 @@ def runs(
         and (state is None or r["state"] == state)
     ]
     show(out, rows, present(RUN_COLUMNS, rows), fmt, title=spec.name)
-
-
-EVAL_COLUMNS = [
-    *RUN_ID,
-    *named("model"),
-    Column("accuracy", "accuracy %", "pct"),
-    Column("own_angle", "own angle %", "pct", optional=True),
-    *named("loss", kind="number"),
-    Column("per_class", "per class %"),
-    Column("per_client", "per client % (train samples)"),
-]
-CLIENT_TEST_COLUMNS = [  # over the clients' accuracies on their own test sets
-    Column("client_test_mean", "client mean %", "pct"),
-    Column("client_test_weighted_mean", "weighted mean %", "pct"),
-    Column("client_test_worst_decile", "worst 10% %", "pct"),
-    Column("client_test_std", "client std %", "pct"),
-]
-CLIENT_TEST_LIST = Column("client_test", "per client % (own test set)")
-CGV_COLUMNS = [
-    Column(f"cgv_{part}", f"CGV {part}", "number") for part in ("total", "features", "head")
-]
 
 
 @commands.command(

@@ -8,6 +8,13 @@ from typing import Annotated
 
 import typer
 
+from fedhet.cli.columns import (
+    PARTITION_COLUMNS,
+    PLAN_COLUMNS,
+    RESULT_COLUMNS,
+    TRIAL_COLUMNS,
+    TUNE_COLUMNS,
+)
 from fedhet.cli.options import (
     DataRootOpt,
     FormatOpt,
@@ -21,16 +28,7 @@ from fedhet.cli.options import (
     out,
     spec_arguments,
 )
-from fedhet.cli.output import (
-    ACCURACIES,
-    RUN_ID,
-    RUN_LABELS,
-    Column,
-    Format,
-    named,
-    present,
-    show,
-)
+from fedhet.cli.output import Column, Format, present, show
 from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.store import ArtifactStore
 
@@ -38,16 +36,6 @@ from fedhet.core.store import ArtifactStore
 # other command of a stage (fedhet.cli.app)
 partition_commands = typer.Typer()
 commands = typer.Typer()
-
-PARTITION_COLUMNS = [
-    *named("client", "size", "classes", kind="number"),
-    Column("dominant_class", "top class", "number"),
-    Column("dominant_share", "top %", "pct"),
-    Column("hellinger", "Hellinger", "number"),
-    Column("jensen_shannon", "JS", "number"),
-    Column("earth_movers", "EMD", "number"),
-    *named("angle", kind="number"),
-]
 
 
 @partition_commands.command(
@@ -103,14 +91,6 @@ def partition(
     if flat:
         keys = [Column("partition", "partition"), Column("key", "key"), *PARTITION_COLUMNS]
         show(out, flat, keys, fmt)
-
-
-RESULT_COLUMNS = [
-    *RUN_ID,
-    *ACCURACIES,
-    Column("rounds_to_target", "to target", "number"),
-    Column("wall_time_s", "time s", "seconds"),
-]
 
 
 @commands.command(
@@ -185,13 +165,6 @@ def sweep_view(runs: list, store: ArtifactStore):
     return SweepView(runs, store, err, live)
 
 
-PLAN_COLUMNS = [
-    *named("run", "stage", "key", "state"),
-    Column("runs", "runs", "number"),
-    *named("left"),
-]
-
-
 @commands.command(
     "plan",
     epilog=example(
@@ -233,29 +206,6 @@ def plan(
     show(out, rows, columns, fmt, title=spec.name)
     if fmt in (Format.table, Format.markdown):
         out.print(summary)
-
-
-TUNE_COLUMNS = [
-    *RUN_LABELS,
-    *named("trials", kind="number"),
-    Column("pruned", "stopped early", "number", optional=True),
-    *named("chosen"),
-    Column("best_val", "best val %", "pct"),
-    Column("median_val", "median val %", "pct"),
-    Column("extended", "values added", optional=True),
-    Column("runoff", "runoff trials", "number", optional=True),
-    Column("edge", "at an edge", optional=True),
-]
-TRIAL_COLUMNS = [
-    *RUN_LABELS,
-    *named("trial", kind="number"),
-    *named("values"),
-    Column("val_score", "val %", "pct"),
-    Column("scores", "per seed %"),
-    Column("pruned_at", "stopped at round", "number", optional=True),
-    Column("runoff_score", "runoff mean %", "pct", optional=True),
-    *named("chosen", "keys"),
-]
 
 
 @commands.command(
