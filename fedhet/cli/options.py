@@ -143,6 +143,19 @@ class SpecArgs:
         return spec.tune
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where a command reads and writes: its --store and --data-root, two options that
+    `spec_arguments` hands to the command as one parameter annotated `Where`."""
+
+    store: Path | None = None
+    data_root: Path | None = None
+
+
+_WHERE_PARAMETERS = [
+    inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind, default=None)
+    for name, kind in [("store", StoreOpt), ("data_root", DataRootOpt)]
+]
 _SPEC_PARAMETERS = [
     inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind, **default)
     for name, kind, default in [
@@ -155,12 +168,20 @@ _SPEC_PARAMETERS = [
 
 def spec_arguments(command: Callable[..., Any]) -> Callable[..., Any]:
     """`command(given: SpecArgs, OPTION...)` as typer reads a command: SPEC [PATH=VALUE]...
-    --only AXIS=VALUE, then the command's own options."""
+    --only AXIS=VALUE, then the command's own options, a parameter annotated `Where` read as
+    --store and --data-root."""
     _, *options = inspect.signature(command, eval_str=True).parameters.values()
+    wheres = [option.name for option in options if option.annotation is Where]
+    parameters = [
+        *_SPEC_PARAMETERS,
+        *(p for o in options for p in (_WHERE_PARAMETERS if o.name in wheres else [o])),
+    ]
 
     def called(path: Path, overrides: list[str] | None, only: list[str] | None, **given: Any):
+        for name in wheres:
+            given[name] = Where(given.pop("store"), given.pop("data_root"))
         return command(SpecArgs(path, overrides or [], only or []), **given)
 
-    called.__signature__ = inspect.Signature([*_SPEC_PARAMETERS, *options])  # type: ignore[attr-defined]
+    called.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     called.__doc__, called.__name__ = command.__doc__, command.__name__
     return called

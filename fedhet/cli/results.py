@@ -19,11 +19,11 @@ from fedhet.cli.columns import (
     RUN_COLUMNS,
 )
 from fedhet.cli.options import (
-    DataRootOpt,
     FormatOpt,
     SpecArgs,
     StoreOpt,
     TrainOpt,
+    Where,
     err,
     example,
     out,
@@ -96,14 +96,13 @@ def evaluate(
         Literal["final", "best"],
         typer.Option("--model", help="the final model or the one with the best test accuracy"),
     ] = "final",
-    store: StoreOpt = None,
-    data_root: DataRootOpt = None,
+    where: Where = Where(),
     train: TrainOpt = False,
 ) -> None:
     """Global, per-class and per-client accuracy of each run's final (or best) model, whatever
     the method (TCT: its stage-2 linear model on the eNTK features). A run that diverged is
     marked so, with no scores."""
-    spec, st = given.load(data_root), ArtifactStore(store)
+    spec, st = given.load(where.data_root), ArtifactStore(where.store)
     from fedhet.execution.results import outcome
     from fedhet.reports.evaluation import evaluate_outcome
 
@@ -180,8 +179,7 @@ def report(
             show_default=False,
         ),
     ] = None,
-    store: StoreOpt = None,
-    data_root: DataRootOpt = None,
+    where: Where = Where(),
     train: TrainOpt = False,
     jobs: Annotated[
         int | None,
@@ -216,7 +214,7 @@ def report(
     """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves
     into a markdown file and PNG, SVG and PDF figures; prints the main table and where the rest
     is."""
-    spec, st = given.load(data_root), ArtifactStore(store)
+    spec, st = given.load(where.data_root), ArtifactStore(where.store)
     from fedhet.reports.comparison import FLOOR_POINTS
     from fedhet.reports.report import DEFAULT_FOLDER, summary, write_report
 
@@ -271,14 +269,13 @@ def export(
         Path | None,
         typer.Option("--tensorboard", help="also write TensorBoard events, a folder per run"),
     ] = None,
-    store: StoreOpt = None,
-    data_root: DataRootOpt = None,
+    where: Where = Where(),
     train: TrainOpt = False,
 ) -> None:
     """Every run's per-round metrics as one long table: run labels, the config fields that vary
     between runs, seed, round and each metric. With --tensorboard (and no --format or --out),
     only the TensorBoard events."""
-    spec, st = given.load(data_root), ArtifactStore(store)
+    spec, st = given.load(where.data_root), ArtifactStore(where.store)
     from fedhet.engine.tensorboard import check_folder
     from fedhet.reports import export as exporting
 

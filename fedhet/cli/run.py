@@ -16,13 +16,13 @@ from fedhet.cli.columns import (
     TUNE_COLUMNS,
 )
 from fedhet.cli.options import (
-    DataRootOpt,
     FormatOpt,
     JobsOpt,
     RayAddressOpt,
     RayOpt,
     SpecArgs,
     StoreOpt,
+    Where,
     err,
     example,
     out,
@@ -55,11 +55,10 @@ def partition(
         ),
     ] = None,
     fmt: FormatOpt = Format.table,
-    store: StoreOpt = None,
-    data_root: DataRootOpt = None,
+    where: Where = Where(),
 ) -> None:
     """Compute (or reuse) the partition of every run and print its summary."""
-    spec = given.load(data_root)
+    spec = given.load(where.data_root)
     from fedhet.data.heterogeneity import heterogeneity
     from fedhet.data.partition import empty_clients_note, summary_rows
     from fedhet.execution.partitions import partitions
@@ -71,7 +70,7 @@ def partition(
 
         figure_format(plot, "--plot")  # before anything is computed
     for_programs = fmt in (Format.csv, Format.json)  # one flat table, nothing else
-    for node, label, part in partitions(runs_of(spec), ArtifactStore(store), err):
+    for node, label, part in partitions(runs_of(spec), ArtifactStore(where.store), err):
         rows = summary_rows(part)
         columns = [c for c in PARTITION_COLUMNS if any(r.get(c.key) is not None for r in rows)]
         if for_programs:
@@ -107,8 +106,7 @@ def partition(
 def train(
     given: SpecArgs,
     fmt: FormatOpt = Format.table,
-    store: StoreOpt = None,
-    data_root: DataRootOpt = None,
+    where: Where = Where(),
     jobs: JobsOpt = None,
     ray: RayOpt = False,
     ray_address: RayAddressOpt = None,
@@ -127,10 +125,10 @@ def train(
     not stop the others; the command then exits 1 naming it (a diverged run's final accuracy
     reads "diverged k/n": in round k of n). A divergence is recorded: the next `train` reports
     it without computing the run again, unless --retry-diverged."""
-    spec = given.load(data_root)
+    spec = given.load(where.data_root)
     from fedhet.execution.planning import runs_of
 
-    st = ArtifactStore(store)
+    st = ArtifactStore(where.store)
     ray_at = ray_address or ("local" if ray else None)
     rows, failures = train_runs(runs_of(spec), st, jobs, ray_at, retry_diverged)
     columns = [c for c in present(RESULT_COLUMNS, rows) if any(c.key in r for r in rows)]
@@ -220,8 +218,7 @@ def plan(
 def tune(
     given: SpecArgs,
     fmt: FormatOpt = Format.table,
-    store: StoreOpt = None,
-    data_root: DataRootOpt = None,
+    where: Where = Where(),
     jobs: JobsOpt = None,
     trials: Annotated[
         bool, typer.Option("--trials", help="a row per trial instead of one per method")
@@ -235,14 +232,14 @@ def tune(
     outcome (every trial's validation scores, the chosen configurations) is stored; `fedhet
     report SPEC --tuned` compares the chosen configurations on the test split. A choice that is
     the lowest or highest value tried is flagged (`tune.extend_edges` extends the grid)."""
-    spec = given.load(data_root)
+    spec = given.load(where.data_root)
     section = given.tune_section(spec)
     from fedhet.execution.train import Options
     from fedhet.reports.tuning import edge_notes, selection_rows, trial_rows
     from fedhet.tuning.runner import tune as run_tune
 
     require_workers(jobs)
-    st = ArtifactStore(store)
+    st = ArtifactStore(where.store)
     outcome = run_tune(spec, section, st, Options(jobs), lambda runs: sweep_view(runs, st), err)
     if trials:
         rows = trial_rows(outcome)
