@@ -133,7 +133,7 @@ from fedhet.core.spec import DatasetName, FederationSpec, Spec, expand, parse_ru
 from fedhet.core.store import ArtifactStore, create_array
 from fedhet.data.partition_plan import partition_node
 from fedhet.data.shapes import data_shape
-from fedhet.engine.description import MethodConfig, ModelChoice, ObjectiveConfig
+from fedhet.engine.description import MethodConfig, ModelChoice, ObjectiveConfig, refuse_text
 from fedhet.engine.train_plan import train_node
 
 # The torch side, imported on first use: name -> (module, attribute; None: the module itself)
@@ -194,6 +194,7 @@ __all__ = [
     "InputError",
     "Method",
     "MethodConfig",
+    "refuse_text",
     "ModelChoice",
     "ObjectiveConfig",
     "ObjectiveEntry",

@@ -4,6 +4,7 @@ kept, the same command resumes, and the result equals an uninterrupted run's bit
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -11,11 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import google_crc32c
 import numpy as np
 import pytest
 import zarr
-from conftest import TINY_SPEC, CliResult, CliRunner, cli_env, write_spec
+from conftest import TINY_SPEC, CliResult, CliRunner, cli_env, run_fedhet, write_spec
 
 from fedhet import __version__
 from fedhet.core.store import ArtifactStore
@@ -82,19 +82,39 @@ def test_usage_errors_are_one_line_with_exit_2(case: str, tmp_path: Path):
 # --- an unexpected failure inside a run ---------------------------------------------------
 
 
+# A fault fedhet cannot anticipate, injected at interpreter start (a `sitecustomize` module on
+# PYTHONPATH): reading a stored partition raises ZeroDivisionError. (Damaged stored data is no
+# longer such a fault: every read of the store names what is damaged.)
+FAULT = """
+import fedhet.data.partition_format as partition_format
+
+
+def load_index_lists(group):
+    raise ZeroDivisionError("an injected fault")
+
+
+partition_format.load_index_lists = load_index_lists
+"""
+
+
 @pytest.fixture(scope="module")
-def corrupt_store(fedhet: CliRunner, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(spec, store) whose stored partition has a chunk overwritten with garbage under a valid
-    checksum: reading it makes the compression library raise, an error fedhet does not
-    anticipate (a checksum mismatch is one it does)."""
-    root = tmp_path_factory.mktemp("corrupt")
+def crashing(
+    fedhet: CliRunner, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path, Path]:
+    """(spec, store, folder): a stored partition, and a folder whose `sitecustomize` makes
+    reading it fail unexpectedly in every `python` started with the folder on PYTHONPATH."""
+    root = tmp_path_factory.mktemp("crashing")
     spec, store = write_spec(root / "tiny.yaml", TINY_SPEC), root / "store"
     assert fedhet("partition", spec, store=store).rc == 0
-    (info,) = ArtifactStore(store).ls()
-    (chunk,) = (info.path / "indices" / "c").iterdir()
-    garbage = b"not a compressed chunk"
-    chunk.write_bytes(garbage + np.uint32(google_crc32c.value(garbage)).tobytes())
-    return spec, store
+    fault = root / "fault"
+    fault.mkdir()
+    (fault / "sitecustomize.py").write_text(FAULT)
+    return spec, store, fault
+
+
+def crash_env(store: Path, fault: Path, crash_dir: Path) -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(fault), os.environ.get("PYTHONPATH")]))
+    return cli_env(store, FEDHET_CRASH_DIR=str(crash_dir), PYTHONPATH=path)
 
 
 CRASH_LINE = re.compile(
@@ -104,11 +124,10 @@ CRASH_LINE = re.compile(
 
 
 def test_an_unexpected_exception_is_one_line_with_the_traceback_in_a_file(
-    fedhet: CliRunner, corrupt_store: tuple[Path, Path], tmp_path: Path
+    crashing: tuple[Path, Path, Path], tmp_path: Path
 ):
-    spec, store = corrupt_store
-    env = cli_env(store, FEDHET_CRASH_DIR=str(tmp_path))
-    result = fedhet("train", spec, env=env)  # `main()` as the console script runs it, in a fork
+    spec, store, fault = crashing
+    result = run_fedhet("train", spec, env=crash_env(store, fault, tmp_path))
     assert result.rc == 1, result.stderr
     assert "Traceback" not in result.stderr
     errors = [line for line in stderr_lines(result) if line.startswith("error")]
@@ -116,7 +135,8 @@ def test_an_unexpected_exception_is_one_line_with_the_traceback_in_a_file(
     match = CRASH_LINE.fullmatch(errors[0])
     assert match, errors[0]
     kind, module, function, message, path = match.groups()
-    assert (module, function) == ("partition_format.py", "load_index_lists")
+    assert (kind, function) == ("ZeroDivisionError", "load_partition")
+    assert module == "partition_format.py"
     written = Path(path).read_text()
     assert Path(path).parent == tmp_path
     assert written.startswith("Traceback (most recent call last)")
@@ -125,21 +145,19 @@ def test_an_unexpected_exception_is_one_line_with_the_traceback_in_a_file(
 
 
 @pytest.mark.parametrize("how", ["--debug", "FEDHET_DEBUG=1"])
-def test_debug_shows_the_traceback(
-    fedhet: CliRunner, corrupt_store: tuple[Path, Path], tmp_path: Path, how: str
-):
-    spec, store = corrupt_store
-    env = cli_env(store, FEDHET_CRASH_DIR=str(tmp_path))
+def test_debug_shows_the_traceback(crashing: tuple[Path, Path, Path], tmp_path: Path, how: str):
+    spec, store, fault = crashing
+    env = crash_env(store, fault, tmp_path)
     args = ["train", spec]
     if how == "--debug":
         args.insert(0, "--debug")
     else:
         env["FEDHET_DEBUG"] = "1"
-    result = fedhet(*args, env=env)  # `main()` as the console script runs it, in a fork
+    result = run_fedhet(*args, env=env)
     assert result.rc == 1
     assert "Traceback (most recent call last)" in result.stderr
     assert "in load_partition" in result.stderr
-    assert re.search(r"error: unexpected \w+ at partition_format\.py", stderr_lines(result)[-1])
+    assert re.search(r"error: unexpected \w+ at sitecustomize\.py", stderr_lines(result)[-1])
 
 
 # --- interrupts -----------------------------------------------------------------------------

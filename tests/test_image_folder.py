@@ -78,7 +78,12 @@ def test_class_folders_alone_make_a_dataset_without_clients(tmp_path: Path):
         (
             lambda root: (root / "site-a" / "cat" / "bad.png").write_text("no image") and root,
             {},
-            "site-a/cat/bad.png: not a readable image",
+            "site-a/cat/bad.png: not an image Pillow can read; remove or replace it",
+        ),
+        (
+            lambda root: (root / "site-a" / "cat" / "empty.png").write_bytes(b"") or root,
+            {},
+            "site-a/cat/empty.png: an empty file (0 bytes); remove or replace it",
         ),
     ],
 )

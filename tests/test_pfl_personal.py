@@ -373,11 +373,12 @@ def test_each_method_trains_on_digits_and_scores_each_client_on_its_own_test_dat
     assert [r["algorithm"] for r in reports] == labels
     for run, report in zip(runs_of(load_spec(spec)), reports, strict=True):
         tested = ArtifactStore(store).open("train", run.node.key)["metrics"]["test_accuracy"]
-        assert report["accuracy"] == pytest.approx(tested[-1], abs=1e-12)  # as in training
-        assert len(report["client_test"]) == 4 and all(0 <= a <= 1 for a in report["client_test"])
-        assert report["client_test_mean"] == pytest.approx(sum(report["client_test"]) / 4)
+        assert report["accuracy_pct"] == pytest.approx(100 * tested[-1], abs=1e-9)  # as in training
+        own = report["client_test_pct"]
+        assert len(own) == 4 and all(0 <= a <= 100 for a in own)
+        assert report["client_test_mean_pct"] == pytest.approx(sum(own) / 4)
         # each client holds 3 classes: its own model is far above chance on its own test data
-        assert report["client_test_mean"] > 0.45, report["algorithm"]
+        assert report["client_test_mean_pct"] > 45, report["algorithm"]
 
 
 def test_spec_validate_accepts_each_name(fedhet, tmp_path):

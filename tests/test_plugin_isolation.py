@@ -95,6 +95,14 @@ BROKEN = {
         "its validation failed: RuntimeError: its check crashed",
         loads=True,
     ),
+    "method-check": Broken(
+        METHODS,
+        METHOD
+        + "    def check(self, spec):\n        raise RuntimeError('its check crashed')\n"
+        + "THING = Method('NAME', (Config,))",
+        "its check() failed: RuntimeError: its check crashed",
+        loads=True,
+    ),
     "dataset-exits": Broken(DATASETS, "raise SystemExit('bye')", "cannot be loaded: SystemExit"),
     "dataset-not-a-class": Broken(
         DATASETS, "THING = 3", "3 is not a fedhet.core.data_config.DataConfig"

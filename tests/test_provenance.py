@@ -19,7 +19,7 @@ from conftest import CliRunner, write_spec
 from fedhet import __version__
 from fedhet.core import provenance
 from fedhet.core.spec import parse_spec
-from fedhet.core.store import ArtifactStore
+from fedhet.core.store import ArtifactStore, seal
 from fedhet.execution.planning import runs_of
 from fedhet.execution.results import execute
 
@@ -119,6 +119,7 @@ def test_a_run_reused_from_another_environment_is_announced_in_one_line(
     )  # every stage of the run computes with the spec's threads
     stored = zarr.open_group(store.path("train", run.node.key), mode="r+")
     stored.attrs["environment"] = {**stored.attrs["environment"], "threads": 7, "torch": "2.0.0"}
+    seal(stored)  # as computed there
     capsys.readouterr()
     execute(run, store)
     lines = capsys.readouterr().err.splitlines()
@@ -141,6 +142,7 @@ def test_a_run_reused_across_cpu_vector_instruction_sets_is_announced_in_one_lin
 
     def announced(environment: dict) -> list[str]:
         stored.attrs["environment"] = environment
+        seal(stored)  # as computed there
         capsys.readouterr()
         execute(run, store)
         return [line for line in capsys.readouterr().err.splitlines() if "another" in line]
@@ -162,6 +164,7 @@ def test_report_lists_environments_and_announces_results_from_elsewhere(
     first, second = runs_of(parse_spec({**SPEC, "matrix": {"seed": [0, 1]}}))
     group = zarr.open_group(ArtifactStore(store).path("train", second.node.key), mode="r+")
     group.attrs["environment"] = {**group.attrs["environment"], "threads": 3}
+    seal(group)  # as computed there
     result = fedhet("report", spec, "--out", out, store=store)
     assert result.rc == 0, result.stderr
     (line,) = [line for line in result.stderr.splitlines() if "another environment" in line]

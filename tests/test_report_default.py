@@ -66,3 +66,13 @@ def test_a_missing_run_on_the_command_line_names_the_command_and_train(tmp_path)
     assert line.endswith(
         "run `fedhet train specs/quickstart.yaml federation.rounds=3` first or pass --train"
     )
+
+
+def test_the_command_line_hint_keeps_an_explicit_store(tmp_path):
+    """Run as the hint says, the train stores where the refused command reads."""
+    store = tmp_path / "elsewhere"
+    result = run_fedhet("export", "specs/quickstart.yaml", "federation.rounds=3", "--store", store)
+    assert result.rc == 2 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    command = f"fedhet train specs/quickstart.yaml federation.rounds=3 --store {store}"
+    assert line.endswith(f"run `{command}` first or pass --train")

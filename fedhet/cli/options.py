@@ -124,13 +124,16 @@ class SpecArgs:
 
     def stored_runs(self, spec: Spec, store: ArtifactStore, train: bool) -> list:
         """The spec's runs; unless `train`, exit 2 naming those whose results are not stored
-        (and the `fedhet train` command, overrides included, that stores them)."""
+        (and the `fedhet train` command, overrides and a --store other than the default
+        included, that stores them)."""
+        from fedhet.core.store import default_root
         from fedhet.execution.planning import runs_of
         from fedhet.execution.results import require_stored
 
         runs = runs_of(spec)
         if not train:
-            command = shlex.join(["fedhet", "train", str(self.path), *self.overrides])
+            given = [] if store.root == default_root() else ["--store", str(store.root)]
+            command = shlex.join(["fedhet", "train", str(self.path), *self.overrides, *given])
             require_stored(runs, store, f"run `{command}` first or pass --train")
         return runs
 

@@ -175,7 +175,8 @@ def report(
         Path | None,
         typer.Option(
             "--out",
-            help="folder for the .md and .png (default: report, in the working directory)",
+            help="folder for the .md and the figures (.png, .svg, .pdf); default: report, in the "
+            "working directory",
             show_default=False,
         ),
     ] = None,

@@ -37,6 +37,10 @@ class DataInfo(NamedTuple):
     classes: int
     train_samples: int | None = None  # None: known only once loaded
     clients: int | None = None  # the natural clients (`partition: {scheme: natural}`); None: none
+    tokens: bool = False  # samples are token ids (text), not real-valued features
+    client_tests: bool = (
+        False  # the test split names each sample's client (`ArrayData.test_client`)
+    )
 
 
 class DataConfig(DataSpec):
@@ -108,6 +112,7 @@ class ArrayData:
     test_x: np.ndarray
     test_y: np.ndarray
     train_client: np.ndarray | None = None  # (N,) integer client ids in [0, clients)
+    test_client: np.ndarray | None = None  # (N_test,) client ids in [-1, clients); -1: none's
 
 
 def sample_shape(features: tuple[int, ...]) -> tuple[int, int, int]:
@@ -131,6 +136,12 @@ def check_arrays(data: ArrayData, info: DataInfo, source: str) -> None:
     if data.train_client is not None:
         ids = f"{source}: client ids"
         _check_ids(data.train_client, len(data.train_x), info.clients, ids, "clients")
+    if (data.test_client is None) == info.client_tests:
+        has = "has no" if data.test_client is None else "has"
+        raise InputError(f"{source}: the test split {has} client ids, unlike its description")
+    if data.test_client is not None:  # -1: a test sample of no training client
+        ids, shifted = f"{source}: test client ids", data.test_client + 1
+        _check_ids(shifted, len(data.test_x), (info.clients or 0) + 1, ids, "clients and -1")
 
 
 def _check_features(x: np.ndarray, shape: tuple[int, int, int], where: str) -> None:

@@ -32,11 +32,32 @@ def natural_problem(data: Any, partition: Any) -> str | None:
     if count is None:
         return (
             f"partition.scheme: natural needs data with client ids, which {data.dataset} has "
-            "not; use dataset arrays with a client array, synthetic, or choose another scheme"
+            "not; use dataset arrays with a client array, images in site folders, synthetic "
+            "or leaf, or choose another scheme"
         )
     if clients != count:
         return (
             f"partition.clients: {clients} for the {count} clients of the data; remove it "
             "(a natural partition has the data's clients)"
+        )
+    return None
+
+
+def own_tests_problem(spec: Any) -> str | None:
+    """What keeps `eval.client_test` without `per_client` (each client's own test samples) from
+    applying to a spec; None if nothing does or it asks for drawn test sets."""
+    option = spec.eval.client_test
+    if option is None or option.per_client is not None:
+        return None
+    describe = getattr(spec.data, "describe", None)
+    if describe is None or not describe().client_tests:
+        return (
+            f"eval.client_test: {spec.data.dataset}'s test split names no clients; give "
+            "per_client (test samples drawn for each client)"
+        )
+    if spec.partition.scheme != "natural":
+        return (
+            "eval.client_test: the clients' own test samples are those of the natural "
+            "partition's clients; set partition.scheme: natural or give per_client"
         )
     return None

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from pydantic import create_model
 
+from fedhet.core.errors import FedhetError
 from fedhet.core.plugin_isolation import (
     Plugin,
     PluginError,
@@ -223,6 +224,16 @@ def validated(name: str, value: dict[str, Any]) -> AlgorithmSpec:
     owners += [plugin for f, plugin in reg.objective_plugins.items() if f in value]
     plugins = [plugin for plugin in owners if not plugin.builtin]  # fedhet's own: a bug shows
     return answer(plugins, "its validation failed", value, reg.configs[name].model_validate, value)
+
+
+def checked(config: AlgorithmSpec, spec: Any) -> None:
+    """`config.check(spec)`; what a plug-in's check raises besides fedhet's own errors (a bug
+    of its own) is an InputError naming the plug-in."""
+    reg = _load()
+    owners = [reg.algorithm_plugins.get(config.name)]
+    owners += [p for f, p in reg.objective_plugins.items() if getattr(config, f, None) is not None]
+    plugins = [plugin for plugin in owners if plugin is not None and not plugin.builtin]
+    attempt(plugins, "its check() failed", config.check, spec, answers=(FedhetError,))
 
 
 def unloaded(name: Any) -> str | None:

@@ -240,7 +240,7 @@ def _distinct(seeds: list[int]) -> list[int]:
 
 # --- against the spec's runs -------------------------------------------------------------
 
-Problem = tuple[tuple[str, ...], str, Any]  # (location, message, value), as spec.py raises it
+Problem = tuple[tuple[str, ...], str, Any]  # (location, message, value): fedhet.core.spec.located
 Parse = Callable[[dict[str, Any], str], Any]  # fedhet.core.spec.parse_run
 
 

@@ -1,5 +1,9 @@
 """The `client_test` stage: each client's own test set, drawn from the dataset's TEST split.
 
+With `eval.client_test: {}` (no `per_client`) and data whose test split names its clients (LEAF's
+per-user split, fedhet.data.leaf) under `partition: {scheme: natural}`, client k's test set is
+every test sample of its own: the data's own split, drawn by nobody.
+
 With `eval.client_test: {per_client: N}`, client k's test set holds N test samples in the label
 proportions p_k of its training samples (the partition's histogram row): class c gets N p_kc
 samples, rounded by largest remainder, drawn without replacement from the test samples of class c
@@ -52,9 +56,11 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     data = ctx.spec.data
     dataset = load_data(data, seed=ctx.spec.seed)
     histogram = load_partition(ctx.upstream(node, "partition")).histogram
-    tests = draw_client_tests(
-        histogram, dataset.test_y.numpy(), node.config["per_client"], ctx.spec.seed
-    )
+    per_client = node.config["per_client"]
+    if per_client is None:  # the data's own (validated: natural clients, test client ids)
+        tests = [np.flatnonzero(dataset.test_client == k) for k in range(len(histogram))]
+    else:
+        tests = draw_client_tests(histogram, dataset.test_y.numpy(), per_client, ctx.spec.seed)
     save_index_lists(out, tests)
 
 

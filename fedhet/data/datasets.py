@@ -54,6 +54,7 @@ class Dataset:
     mean: tuple[float, ...]  # per channel, in [0, 1] pixel units
     std: tuple[float, ...]
     train_client: np.ndarray | None = None  # a plug-in's client id per training sample
+    test_client: np.ndarray | None = None  # a plug-in's client id per test sample (-1: none)
 
     @property
     def num_classes(self) -> int:
@@ -270,6 +271,7 @@ def _load_plugin(data: DataConfig, identity: str, seed: int) -> Dataset:
         (0.0,) * channels,
         (1.0,) * channels,
         arrays.train_client,
+        arrays.test_client,
     )
 
 

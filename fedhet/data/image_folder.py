@@ -90,7 +90,10 @@ def _image(content: bytes, size: int | None, where: str):
             f"{where}: over {Image.MAX_IMAGE_PIXELS:,} pixels, more than fedhet reads (Pillow's "
             "guard against decompression bombs); shrink the image"
         ) from None
-    except (UnidentifiedImageError, OSError) as err:
+    except UnidentifiedImageError:  # Pillow's message names its BytesIO, not the file
+        what = "an empty file (0 bytes)" if not content else "not an image Pillow can read"
+        raise InputError(f"{where}: {what}; remove or replace it") from None
+    except OSError as err:
         raise InputError(f"{where}: not a readable image ({err}); remove or replace it") from None
     if size is not None:
         image = image.resize((size, size), Image.Resampling.BILINEAR)

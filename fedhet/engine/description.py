@@ -53,6 +53,17 @@ class ObjectiveConfig(Section):
         """Checks against the rest of the spec; raise InputError naming the field."""
 
 
+def refuse_text(spec: Spec, field: str, method: str, steps: str | None) -> None:
+    """InputError naming `field` when `method`'s `steps` (what it does to inputs; None:
+    nothing) meet text data, whose samples are token ids (fedhet.core.data_config.DataInfo)."""
+    describe = getattr(spec.data, "describe", None)
+    if steps is not None and describe is not None and describe().tokens:
+        raise InputError(
+            f"{field}: {method} {steps}, which text ({spec.data.dataset} token ids) cannot "
+            "take; choose a method that trains on its inputs as given (fedavg, fedprox, ...)"
+        )
+
+
 class MethodConfig(AlgorithmSpec):
     """Base of every method's config; the defaults are FedAvg's."""
 
@@ -118,9 +129,16 @@ class MethodConfig(AlgorithmSpec):
         network `fedhet eval` scores itself."""
         return None
 
+    def input_steps(self) -> str | None:
+        """What the method's local steps do to the inputs themselves that token ids (text)
+        cannot take (Mixup: mixes two samples' inputs); None: it trains on inputs as given."""
+        return None
+
     def check(self, spec: Spec) -> None:
         """Checks against the rest of the spec, run when it is validated (a method with checks
-        of its own extends this one): at most one objective wrapper, and the wrapper's own."""
+        of its own extends this one): inputs it can train on, at most one objective wrapper,
+        and the wrapper's own."""
+        refuse_text(spec, "algorithm.name", self.name, self.input_steps())
         on = [field for field in self.objective_fields if getattr(self, field) is not None]
         if len(on) > 1:
             raise InputError(

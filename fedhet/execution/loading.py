@@ -10,8 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from fedhet.core.memory_check import require_models_fit
-from fedhet.core.overrides import apply_overrides, keep_only, replaced_axes
-from fedhet.core.spec import Spec, load_mapping, load_spec, parse_spec
+from fedhet.core.spec import (
+    Spec,
+    apply_overrides,
+    load_mapping,
+    load_spec,
+    parse_spec,
+    replaced_axes,
+)
+from fedhet.core.spec.overrides import keep_only
 from fedhet.data.shapes import data_shape
 from fedhet.data.sizes import require_a_sample_per_client
 

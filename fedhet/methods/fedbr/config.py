@@ -112,6 +112,9 @@ class FedBRConfig(MethodConfig):
     def uses_pseudo(self) -> bool:
         return self.debias_classifier or self.debias_features
 
+    def input_steps(self) -> str | None:
+        return "trains on pseudo-data mixed from its inputs" if self.uses_pseudo else None
+
     def check(self, spec: Spec) -> None:
         super().check(spec)
         if self.pairing != "all" and not self.debias_features:

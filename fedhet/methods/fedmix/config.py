@@ -24,6 +24,9 @@ class FedMixConfig(MethodConfig):
         "code: the term carries 1/batch size) or of each sample's own first term",
     )
 
+    def input_steps(self) -> str | None:
+        return "mixes two samples' inputs"
+
     def base_label(self) -> str:
         label = "FedMix"
         if (self.lam, self.mean_size) != (0.1, 10):

@@ -21,6 +21,9 @@ class MixupConfig(MethodConfig):
         description="lambda ~ Beta(alpha, alpha) per local batch (FedBR's code: 0.2)",
     )
 
+    def input_steps(self) -> str | None:
+        return "mixes two samples' inputs"
+
     def base_label(self) -> str:
         if self.alpha == DEFAULT_ALPHA:
             return "FedAvg+Mixup"

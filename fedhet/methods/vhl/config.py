@@ -20,6 +20,7 @@ from fedhet.plugin import (
     Spec,
     StageNode,
     data_shape,
+    refuse_text,
 )
 
 
@@ -140,6 +141,8 @@ class VHLSpec(ObjectiveConfig):
         return self.extra_outputs(num_classes) if self.predict == "all" else 0
 
     def check(self, spec: Spec) -> None:
+        steps = "trains on virtual images beside its inputs" if self.uses_images else None
+        refuse_text(spec, "algorithm.vhl", f"{spec.algorithm.name}+VHL", steps)
         classes = data_shape(spec.data).classes
         virtual_classes(self, classes)
         if self.virtual_scale != "standardize" and not self.uses_images:

@@ -1,0 +1,64 @@
+"""The `data:` section: which dataset, and how its images are prepared."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field
+
+from fedhet.core import plugins
+from fedhet.core.sections import MAX_COUNT, OMIT_IF_DEFAULT, Section
+
+DatasetName = Literal["digits", "fmnist", "mnist", "cifar10", "cifar100", "svhn", "emnist"]
+
+
+class DataSpec(Section):
+    dataset: DatasetName = "digits"
+    root: str | None = Field(None, description="data root; not part of any key")
+    download: bool = Field(False, description="let torchvision download; not part of any key")
+    validation: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="hold out this share of each client's training data, stratified by label "
+        "(fedhet.data.validation); the best model is then chosen by validation accuracy",
+    )
+    server: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="hold out this many training samples for the server before partitioning, "
+        "drawn from the seed (fedhet.data.server_split): no client holds them; FedDF's real "
+        "server data, and every method of the spec trains on the same clients",
+    )
+    channels: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=1,
+        le=4,
+        description="repeat a grey image to this many channels (VHL's official code feeds "
+        "Fashion-MNIST as 3 channels); a colour dataset must already have this many",
+    )
+    resize: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=4,
+        le=256,
+        description="bilinear resize of every image, train and test, to this square side "
+        "(VHL's official code: Fashion-MNIST at 32)",
+    )
+    scale: Annotated[Literal["standardize", "unit"], OMIT_IF_DEFAULT] = Field(
+        "standardize",
+        description="standardize: each channel to mean 0 and std 1 over the training set; "
+        "unit: pixel values in [0, 1], no standardization (VHL's official Fashion-MNIST)",
+    )
+
+    def input_format(self) -> dict[str, Any]:
+        """The format options away from their defaults, for the keys of the stages that
+        compute on the images (empty by default: today's keys stay)."""
+        fields = ("channels", "resize", "scale")
+        return {f: getattr(self, f) for f in fields if f in self.model_dump(include=set(fields))}
+
+
+def dataset_configs() -> dict[str, type[DataSpec]]:
+    """Dataset name -> the config class of its `data:` block (fedhet.core.plugins)."""
+    builtin = get_args(DatasetName)
+    return dict.fromkeys(builtin, DataSpec) | plugins.found(plugins.DATASETS, builtin)

@@ -1,0 +1,31 @@
+"""The `eval:` section: when the global model is scored, and the clients' own test sets."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from fedhet.core.sections import MAX_COUNT, Section
+
+
+class ClientTestSpec(Section):
+    """Each client's own test set, drawn from the dataset's test split in the client's training
+    label proportions (fedhet.data.client_test); `fedhet eval` and `fedhet report` score every
+    client on it with the model that client would use."""
+
+    per_client: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="test samples per client (fewer where a class runs out); none: each "
+        "client's own test samples, of data whose test split names its clients (LEAF)",
+    )
+
+
+class EvalSpec(Section):
+    every: int = Field(
+        1, ge=1, le=MAX_COUNT, description="evaluate the global model every N rounds"
+    )
+    target_accuracy: float | None = Field(None, gt=0, le=1)
+    client_test: ClientTestSpec | None = Field(
+        None, description="per-client test sets from the test split (eval and report only)"
+    )
