@@ -94,6 +94,7 @@ bench: install
 	$(BIN)/python -m benchmarks.cross_device
 	$(BIN)/python -m benchmarks.threads_under_load
 	$(BIN)/python -m benchmarks.stored_commands
+	$(BIN)/python -m benchmarks.object_store
 
 clean:
 	rm -rf $(VENV) .lockenv artifacts .pytest_cache

@@ -47,8 +47,9 @@ def load(
     spec: str | Path | Mapping[str, Any], *overrides: str, store: str | Path | None = None
 ) -> Experiment:
     """The experiment of a spec file (or a spec as a mapping) with `overrides` (PATH=VALUE, as on
-    the command line) over the artifact store `store` (default: FEDHET_STORE or ./artifacts);
-    InputError, with `fedhet spec validate`'s message, for a spec the command line refuses."""
+    the command line) over the artifact store `store`, a folder or `s3://BUCKET/PREFIX` (default:
+    FEDHET_STORE or ./artifacts); InputError, with `fedhet spec validate`'s message, for a spec
+    the command line refuses."""
     parsed = checked_spec(spec, overrides)  # the command line's checks, by the same road
     return Experiment(parsed, ArtifactStore(store), _load_call(spec, overrides, store))
 

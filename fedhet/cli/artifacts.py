@@ -134,6 +134,40 @@ def artifacts_rm(
         out.print(f"removed {info.stage}/{info.key[:10]}  {info.attrs.get('label', '')}")
 
 
+def _copy(source: ArtifactStore, destination: ArtifactStore) -> None:
+    from fedhet.core.transfer import copy_artifacts
+
+    copied = 0
+    for info in copy_artifacts(source, destination):
+        out.print(f"copied {info.stage}/{info.key[:12]}  {info.attrs.get('label', '')}")
+        copied += 1
+    out.print(f"{copied} copied to {destination.location}", soft_wrap=True)
+
+
+@commands.command(
+    "push", epilog=example("fedhet artifacts push s3://my-bucket/fedhet --store artifacts")
+)
+def artifacts_push(
+    destination: Annotated[str, typer.Argument(help="store to copy into: a folder or a URL")],
+    store: StoreOpt = None,
+) -> None:
+    """Copy every artifact of the store missing from DESTINATION, bit for bit (rerun to resume
+    an interrupted copy)."""
+    _copy(ArtifactStore(store), ArtifactStore(destination))
+
+
+@commands.command(
+    "pull", epilog=example("fedhet artifacts pull s3://my-bucket/fedhet --store artifacts")
+)
+def artifacts_pull(
+    source: Annotated[str, typer.Argument(help="store to copy from: a folder or a URL")],
+    store: StoreOpt = None,
+) -> None:
+    """Copy every artifact of SOURCE missing from the store, bit for bit (rerun to resume an
+    interrupted copy)."""
+    _copy(ArtifactStore(source), ArtifactStore(store))
+
+
 @commands.command("gc", epilog=example("fedhet artifacts gc --dry-run", "fedhet artifacts gc"))
 def artifacts_gc(
     dry_run: Annotated[

@@ -64,8 +64,13 @@ OnlyOpt = Annotated[
     ),
 ]
 StoreOpt = Annotated[
-    Path | None,
-    typer.Option("--store", help="artifact store (default: FEDHET_STORE or ./artifacts)"),
+    str | None,
+    typer.Option(
+        "--store",
+        help="artifact store: a folder or s3://BUCKET/PREFIX (default: FEDHET_STORE or "
+        "./artifacts)",
+        metavar="DIR|URL",
+    ),
 ]
 DataRootOpt = Annotated[
     Path | None,
@@ -151,7 +156,7 @@ class Where:
     """Where a command reads and writes: its --store and --data-root, two options that
     `spec_arguments` hands to the command as one parameter annotated `Where`."""
 
-    store: Path | None = None
+    store: str | None = None
     data_root: Path | None = None
 
 

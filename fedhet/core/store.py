@@ -29,6 +29,7 @@ import numpy as np
 from fedhet import __version__
 from fedhet.core import provenance
 from fedhet.core.errors import DamagedArtifactError, FedhetError, InputError
+from fedhet.core.object_store import remote_for
 from fedhet.process import interrupts, lockfile
 
 if TYPE_CHECKING:  # imported where an array is read or written: zarr takes 0.15 s to import
@@ -231,8 +232,9 @@ def open_sealed(folder: Path) -> zarr.Group:
     return group
 
 
-def default_root() -> Path:
-    return Path(os.environ.get("FEDHET_STORE", "artifacts"))
+def default_root() -> str:
+    """The store's folder or URL: FEDHET_STORE, else `artifacts`."""
+    return os.environ.get("FEDHET_STORE", "artifacts")
 
 
 def array_checksum(array: zarr.Array) -> str:
@@ -322,8 +324,21 @@ class ArtifactInfo:
 
 
 class ArtifactStore:
+    """A folder of artifacts, or an object store (`s3://...`, see fedhet.core.object_store)
+    read and written through its local copy `root`."""
+
     def __init__(self, root: str | Path | None = None):
-        self.root = Path(root) if root is not None else default_root()
+        where = root if root is not None else default_root()
+        self.remote = remote_for(where)
+        if self.remote is not None:
+            self.remote.check()
+        self.root = self.remote.cache if self.remote is not None else Path(where)
+        # where the store is, as users see it (a URL carries no credentials)
+        self.location = self.remote.url if self.remote is not None else str(self.root)
+
+    def address(self) -> str:
+        """What gives this store to another process: its URL, or its folder's absolute path."""
+        return self.location if self.remote is not None else str(self.root.resolve())
 
     # --- paths --------------------------------------------------------------------------
 
@@ -337,7 +352,10 @@ class ArtifactStore:
         return self.root / stage / f"{key}.lock"
 
     def exists(self, stage: str, key: str) -> bool:
-        return (self.path(stage, key) / "zarr.json").is_file()
+        """Whether the artifact is stored (an object store's is fetched into `root`)."""
+        if (self.path(stage, key) / "zarr.json").is_file():
+            return True
+        return self.remote is not None and self.remote.fetch(stage, key, self.path(stage, key))
 
     # --- reading ------------------------------------------------------------------------
 
@@ -357,7 +375,7 @@ class ArtifactStore:
         """Around reading a stored artifact's metadata: InputError when it is not stored, a
         DamagedArtifactError when its metadata does not parse."""
         if not self.exists(stage, key):
-            raise InputError(f"no {stage} artifact {key[:12]} in {self.root}")
+            raise InputError(f"no {stage} artifact {key[:12]} in {self.location}")
         with parsing(self.path(stage, key)):
             yield
 
@@ -366,7 +384,12 @@ class ArtifactStore:
 
     def ls(self) -> list[ArtifactInfo]:
         found = []
+        committed = None if self.remote is None else self.remote.committed()
+        for stage, key in committed or []:
+            self.exists(stage, key)
         for entry in sorted(self.root.glob("*/*.zarr")):
+            if committed is not None and (entry.parent.name, entry.stem) not in committed:
+                continue  # a local copy of an artifact removed from the object store
             if TMP_MARK in entry.name or not (entry / "zarr.json").is_file():
                 continue
             stage, key = entry.parent.name, entry.name.removesuffix(".zarr")
@@ -385,7 +408,7 @@ class ArtifactStore:
             if a.key.startswith(key_prefix) and (not stage_filter or a.stage == stage_filter)
         ]
         if not matches:
-            raise InputError(f"no artifact key starts with {prefix!r} in {self.root}")
+            raise InputError(f"no artifact key starts with {prefix!r} in {self.location}")
         if len(matches) > 1:
             names = ", ".join(f"{a.stage}/{a.key[:12]}" for a in matches[:5])
             raise InputError(f"key prefix {prefix!r} is ambiguous ({names}); give more characters")
@@ -397,16 +420,30 @@ class ArtifactStore:
     def lock(self, stage: str, key: str) -> Iterator[lockfile.Lease]:
         """Hold the key's lock, waiting while a live owner holds it (a dead owner's goes stale
         and is taken over)."""
-        with lockfile.acquire(self._lock_path(stage, key)) as lease:
+        while (lease := self.try_lock(stage, key)) is None:
+            time.sleep(0.2)
+        with lease:
             yield lease
 
     def try_lock(self, stage: str, key: str) -> lockfile.Lease | None:
-        """The key's lock, or None while a live owner holds it."""
-        return lockfile.try_acquire(self._lock_path(stage, key))
+        """The key's lock, or None while a live owner holds it; an object store's lock is
+        held too, released with the local one."""
+        lease = lockfile.try_acquire(self._lock_path(stage, key))
+        if lease is None or self.remote is None:
+            return lease
+        remote = self.remote.try_lock(stage, key)
+        if remote is None:
+            lease.release()
+            return None
+        lease.also_release(remote.release)
+        return lease
 
     def holder(self, stage: str, key: str) -> lockfile.Owner | None:
         """The live owner of the key's lock, if any."""
-        return lockfile.holder(self._lock_path(stage, key))
+        local = lockfile.holder(self._lock_path(stage, key))
+        if local is not None or self.remote is None:
+            return local
+        return self.remote.holder(stage, key)
 
     @contextmanager
     def write(self, stage: str, key: str, attrs: dict[str, Any]) -> Iterator[zarr.Group]:
@@ -441,11 +478,29 @@ class ArtifactStore:
                     }
                 )
                 seal(group)
-                os.rename(tmp, final)
-                shutil.rmtree(self.partial_dir(stage, key), ignore_errors=True)
+                self._publish(tmp, stage, key)
         finally:
             # an interrupted write may still have zarr I/O in flight: what lands later is a
             # dead writer's temporary, which `gc` removes
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _publish(self, tmp: Path, stage: str, key: str) -> None:
+        """Publish the complete group in the temporary sibling `tmp`, then drop its checkpoints."""
+        if self.remote is not None:  # committed there before it is here
+            self.remote.publish(tmp, stage, key)
+        os.rename(tmp, self.path(stage, key))
+        shutil.rmtree(self.partial_dir(stage, key), ignore_errors=True)
+
+    def adopt(self, folder: Path, stage: str, key: str) -> None:
+        """Publish a copy of the sealed artifact in `folder` (of another store), bit for bit.
+        The caller must hold `lock(stage, key)`."""
+        final = self.path(stage, key)
+        tmp = final.with_name(f"{final.name}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            shutil.copytree(folder, tmp)
+            with interrupts.deferred():
+                self._publish(tmp, stage, key)
+        finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
     # --- maintenance --------------------------------------------------------------------
@@ -506,5 +561,7 @@ class ArtifactStore:
     def remove(self, info: ArtifactInfo) -> None:
         """Delete an artifact and its checkpoint area, under its lock (`gc` removes the lock)."""
         with self.lock(info.stage, info.key):
+            if self.remote is not None:
+                self.remote.remove(info.stage, info.key)
             shutil.rmtree(info.path, ignore_errors=True)
             shutil.rmtree(self.partial_dir(info.stage, info.key), ignore_errors=True)

@@ -48,7 +48,10 @@ def executor_for(
 
 
 def check_writable(store: ArtifactStore) -> None:
-    """InputError unless the store can be written (before any worker starts)."""
+    """InputError unless the store can be written (before any worker starts; an object
+    store was checked when opened)."""
+    if store.remote is not None:
+        return
     probe = store.root / f".write-probe-{id(store)}"
     created = not store.root.exists()
     try:
@@ -67,5 +70,5 @@ def sweep(
     runs: list[Run], store: ArtifactStore, executor: Executor, on_change: Listener
 ) -> dict[str, NodeState]:
     """Run every missing node of every run; the final state of every node by key."""
-    tasks = plan_tasks(runs, str(store.root.resolve()))
+    tasks = plan_tasks(runs, store.address())
     return Scheduler(tasks, executor, on_change).run()

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -89,6 +90,7 @@ class Lease:
     def __init__(self, path: Path, owner: Owner):
         self.path, self.owner = path, owner
         self.took_over: Owner | None = None  # the dead owner whose stale lock this replaced
+        self._also: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="fedhet-lock")
         self._beat.start()
@@ -103,9 +105,15 @@ class Lease:
         found = read_owner(self.path)
         return found is not None and found[0].token == self.owner.token
 
+    def also_release(self, release: Callable[[], None]) -> None:
+        """Call `release` (of a lock held with this one, elsewhere) when this one is released."""
+        self._also.append(release)
+
     def release(self) -> None:
         self._stop.set()
         self._beat.join()
+        for release in self._also:
+            release()
         if self._mine():
             self.path.unlink(missing_ok=True)
 

@@ -33,8 +33,13 @@ def virtual(
         typer.Option(help="write a labelled grid of samples, a row per class (.png/.svg/.pdf)"),
     ] = None,
     store: Annotated[
-        Path | None,
-        typer.Option("--store", help="artifact store (default: FEDHET_STORE or ./artifacts)"),
+        str | None,
+        typer.Option(
+            "--store",
+            help="artifact store: a folder or s3://BUCKET/PREFIX (default: FEDHET_STORE or "
+            "./artifacts)",
+            metavar="DIR|URL",
+        ),
     ] = None,
 ) -> None:
     """Compute (or reuse) the VHL virtual dataset of every run and print its summary."""
