@@ -32,8 +32,9 @@ from rich.console import Console
 from fedhet.core import units
 from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import ProgressSink
-from fedhet.core.spec import Spec, apply_overrides, load_spec, parse_spec
+from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore, damage_named
+from fedhet.execution.loading import checked_spec
 from fedhet.execution.planning import Run, runs_of
 from fedhet.execution.results import require_stored
 from fedhet.execution.train import Options
@@ -47,11 +48,9 @@ def load(
 ) -> Experiment:
     """The experiment of a spec file (or a spec as a mapping) with `overrides` (PATH=VALUE, as on
     the command line) over the artifact store `store`, a folder or `s3://BUCKET/PREFIX` (default:
-    FEDHET_STORE or ./artifacts)."""
-    if isinstance(spec, Mapping):
-        parsed = parse_spec(apply_overrides(dict(spec), overrides), "spec")
-    else:
-        parsed = load_spec(Path(spec), overrides)
+    FEDHET_STORE or ./artifacts); InputError, with `fedhet spec validate`'s message, for a spec
+    the command line refuses."""
+    parsed = checked_spec(spec, overrides)  # the command line's checks, by the same road
     return Experiment(parsed, ArtifactStore(store), _load_call(spec, overrides, store))
 
 

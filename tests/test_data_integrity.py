@@ -346,11 +346,11 @@ def test_unused_arrays_get_one_warning_naming_them(fedhet: CliRunner, tmp_path: 
 def test_an_eof_error_is_a_failure_not_an_interrupt(tmp_path: Path):
     """click turns EOFError, like Ctrl-C, into Abort; only Ctrl-C is an interrupt (130)."""
     crash = (
-        "import sys, fedhet.cli.app as app\n"
+        "import sys, fedhet.cli, fedhet.execution.loading as loading\n"
         "def load(*args, **kwargs): raise EOFError('No data left in file')\n"
-        "app.load_spec = load\n"
+        "loading.load_spec = load\n"
         "sys.argv = ['fedhet', 'spec', 'validate', 'any.yaml']\n"
-        "app.main()\n"
+        "fedhet.cli.main()\n"
     )
     env = cli_env(FEDHET_CRASH_DIR=str(tmp_path))
     result = subprocess.run(

@@ -18,7 +18,7 @@ import pytest
 from conftest import markdown_tables, write_spec
 
 from fedhet import load
-from fedhet.cli import app
+from fedhet.cli import columns as tables
 from fedhet.cli.output import Column
 from fedhet.core import units
 from fedhet.core.store import ArtifactStore
@@ -139,7 +139,7 @@ def test_a_floor_in_points_gives_the_same_verdict_from_python_and_the_command_li
 def test_every_percent_column_of_the_command_line_is_a_stored_fraction():
     """A `pct` column is converted by its name: each one's is known to fedhet.core.units."""
     columns = [
-        c for value in vars(app).values() if isinstance(value, list)
+        c for value in vars(tables).values() if isinstance(value, list)
         for c in value if isinstance(c, Column) and c.kind == "pct"
     ]  # fmt: skip
     assert len(columns) > 10
