@@ -137,7 +137,7 @@ class SpecArgs:
 
         runs = runs_of(spec)
         if not train:
-            given = [] if store.root == default_root() else ["--store", str(store.root)]
+            given = [] if store.location == default_root() else ["--store", store.location]
             command = shlex.join(["fedhet", "train", str(self.path), *self.overrides, *given])
             require_stored(runs, store, f"run `{command}` first or pass --train")
         return runs
