@@ -57,8 +57,13 @@ class FedTANIIConfig(_BatchNormConfig):
         return f"FedTAN-II (M={self.sync_rounds})"
 
 
-class FedBNConfig(_BatchNormConfig):
+class _LocalBatchNormConfig(_BatchNormConfig):
+    """BatchNorm entries stay on each client: its own model is what is evaluated."""
+
     personalized: ClassVar[bool] = True
+
+
+class FedBNConfig(_LocalBatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedBN"
     name: Literal["fedbn"] = "fedbn"
 
@@ -66,8 +71,7 @@ class FedBNConfig(_BatchNormConfig):
         return "FedBN"
 
 
-class SiloBNConfig(_BatchNormConfig):
-    personalized: ClassVar[bool] = True
+class SiloBNConfig(_LocalBatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:SiloBN"
     name: Literal["silobn"] = "silobn"
 

@@ -6,14 +6,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, InputError, MethodConfig
+from fedhet.plugin import MAX_COUNT, InputError, OwnModelsConfig
 
 
-class PFedMeConfig(MethodConfig):
-    trainer: ClassVar[str | None] = "fedhet.methods.pfedme.algorithm:PFedMe"
+class PFedMeConfig(OwnModelsConfig):
     # each client's personalized model theta is what is evaluated (and stored with the run)
-    personalized: ClassVar[bool] = True
-    keeps_momentum_buffers: ClassVar[bool] = False  # the clients' states are models
+    trainer: ClassVar[str | None] = "fedhet.methods.pfedme.algorithm:PFedMe"
     name: Literal["pfedme"] = "pfedme"
     lam: float = Field(
         15.0, ge=0, description="lambda: the Moreau envelope's pull of theta towards w"
