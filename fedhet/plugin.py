@@ -18,11 +18,14 @@ Describing a method (light: validating and planning a spec import no torch)
         An objective wrapper (VHL): the config it adds to every algorithm that accepts
         objectives, and its registration.
     OwnModelsConfig, LayerSplitConfig, layers_from_output, FineTunedConfig
-        Bases of personalized methods' configs (fedhet.engine.personal_configs): clients that
+        Bases of personalized methods' configs (fedhet.engine.config_parts): clients that
         keep models of their own, a model split at a count of layers from the output (and that
         count's field), fine-tuning at evaluation (its steps and learning rate).
-    Section, OMIT_IF_DEFAULT, MAX_COUNT, MAX_WIDTH, MAX_SEED, MAX_CLASSES, MAX_LAYERS
-        A config's nested sections and the bounds fedhet's own fields use.
+    MixupAlpha
+        The type of input mixup's alpha, lambda ~ Beta(alpha, alpha) (mixup, FedBR, GroupDRO).
+    Section, OMIT_IF_DEFAULT, MAX_COUNT, MAX_WIDTH, MAX_SEED, MAX_CLASSES, MAX_LAYERS, Count
+        A config's nested sections, the bounds fedhet's own fields use, and the type of a field
+        that counts something (1 to MAX_COUNT).
     Spec, FederationSpec, DatasetName, parse_run, expand
         The validated spec a config plans from.
     ModelChoice
@@ -137,19 +140,21 @@ from fedhet.core.sections import (
     MAX_SEED,
     MAX_WIDTH,
     OMIT_IF_DEFAULT,
+    Count,
     Section,
 )
 from fedhet.core.spec import DatasetName, FederationSpec, Spec, expand, parse_run
 from fedhet.core.store import ArtifactStore, create_array
 from fedhet.data.partition_plan import partition_node
 from fedhet.data.shapes import data_shape
-from fedhet.engine.description import MethodConfig, ModelChoice, ObjectiveConfig, refuse_text
-from fedhet.engine.personal_configs import (
+from fedhet.engine.config_parts import (
     FineTunedConfig,
     LayerSplitConfig,
+    MixupAlpha,
     OwnModelsConfig,
     layers_from_output,
 )
+from fedhet.engine.description import MethodConfig, ModelChoice, ObjectiveConfig, refuse_text
 from fedhet.engine.train_plan import train_node
 
 # The torch side, imported on first use: name -> (module, attribute; None: the module itself)
@@ -211,6 +216,7 @@ __all__ = [
     "MAX_WIDTH",
     "OMIT_IF_DEFAULT",
     "ArtifactStore",
+    "Count",
     "DatasetName",
     "DivergedError",
     "FineTunedConfig",
@@ -219,6 +225,7 @@ __all__ = [
     "LayerSplitConfig",
     "Method",
     "MethodConfig",
+    "MixupAlpha",
     "refuse_text",
     "ModelChoice",
     "ObjectiveConfig",

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, InputError, OwnModelsConfig
+from fedhet.plugin import Count, InputError, OwnModelsConfig
 
 
 class PFedMeConfig(OwnModelsConfig):
@@ -16,9 +16,7 @@ class PFedMeConfig(OwnModelsConfig):
     lam: float = Field(
         15.0, ge=0, description="lambda: the Moreau envelope's pull of theta towards w"
     )
-    inner_steps: int = Field(
-        5, ge=1, le=MAX_COUNT, description="K: gradient steps solving each inner problem"
-    )
+    inner_steps: Count = Field(5, description="K: gradient steps solving each inner problem")
     personal_lr: float = Field(
         0.09,
         gt=0,

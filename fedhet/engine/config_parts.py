@@ -1,16 +1,20 @@
-"""The config parts personalized methods share (torch-free, as every method config).
+"""Config parts several methods share (torch-free, as every method config).
 
+Personalized methods:
 - `OwnModelsConfig`: a method whose clients each keep a model, or model layers, of their own in
   their client state, which is what is evaluated (APFL, Ditto, pFedMe, FedPer, FedRoD, ...).
 - `LayerSplitConfig`: one that splits the model at a count of layers from the output, checked
   against the model (FedPer, LG-FedAvg, FedRep); `layers_from_output` declares that count.
 - `FineTunedConfig`: one whose clients fine-tune the global model at evaluation (FedAvg-FT,
   FedBABU), its steps and learning rate.
+
+Input mixup of local batches (fedhet.engine.mixup): `MixupAlpha`, the alpha of its
+lambda ~ Beta(alpha, alpha) (mixup's own; FedBR's and GroupDRO's option, None there: off).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -18,6 +22,8 @@ from fedhet.core.architectures import layer_split_problem
 from fedhet.core.errors import InputError
 from fedhet.core.sections import MAX_COUNT, MAX_LAYERS
 from fedhet.engine.description import MethodConfig
+
+MixupAlpha = Annotated[float, Field(gt=0, le=MAX_COUNT)]
 
 
 class OwnModelsConfig(MethodConfig):
