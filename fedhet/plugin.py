@@ -17,8 +17,15 @@ Describing a method (light: validating and planning a spec import no torch)
     ObjectiveConfig, ObjectiveEntry
         An objective wrapper (VHL): the config it adds to every algorithm that accepts
         objectives, and its registration.
-    Section, OMIT_IF_DEFAULT, MAX_COUNT, MAX_WIDTH, MAX_SEED, MAX_CLASSES, MAX_LAYERS
-        A config's nested sections and the bounds fedhet's own fields use.
+    OwnModelsConfig, LayerSplitConfig, layers_from_output, FineTunedConfig
+        Bases of personalized methods' configs (fedhet.engine.config_parts): clients that
+        keep models of their own, a model split at a count of layers from the output (and that
+        count's field), fine-tuning at evaluation (its steps and learning rate).
+    MixupAlpha
+        The type of input mixup's alpha, lambda ~ Beta(alpha, alpha) (mixup, FedBR, GroupDRO).
+    Section, OMIT_IF_DEFAULT, MAX_COUNT, MAX_WIDTH, MAX_SEED, MAX_CLASSES, MAX_LAYERS, Count
+        A config's nested sections, the bounds fedhet's own fields use, and the type of a field
+        that counts something (1 to MAX_COUNT).
     Spec, FederationSpec, DatasetName, parse_run, expand
         The validated spec a config plans from.
     ModelChoice
@@ -52,10 +59,16 @@ Training: the trainer and its one client step
         One client's work in a round, its result, and the traffic a round adds.
     A trainer that trains its clients in a way no client step states overrides
     `client_update` (and `local_loss`, the data term) and declares `vectorizable = False`.
-    PartlyLocal, fine_tune
-        Personalized training: a trainer whose named layers stay on each client while the rest
-        is averaged (FedPer, LG-FedAvg, FedRep, FedRoD), and k local SGD steps of a model on a
-        client's training samples (fine-tuning at evaluation: FedAvg-FT, FedBABU).
+    PartlyShared, PartlyLocal, FineTuned, fine_tune
+        Personalized training: a trainer whose named entries never cross the network while the
+        rest is averaged (FedBABU's head), one whose named layers stay on each client (FedPer,
+        LG-FedAvg, FedRep, FedRoD); k local SGD steps of a model on a client's training samples
+        (fine-tuning at evaluation: FedAvg-FT, FedBABU), and a trainer evaluated so.
+    PersonalModels, TrainedBeside, OwnModel, stored, to_store
+        A trainer whose clients each keep a model of their own (under a prefix in their client
+        state: `stored`, `to_store`) that is what is evaluated (pFedMe); one whose own model (an
+        `OwnModel`, the client context) takes a step at each local step beside the client's copy
+        of the global model (APFL, Ditto).
     Mixer, Mixup, MixedBatches
         Input mixup of a local batch (Zhang et al. 2018), drawn from a seeded generator: the one
         helper of every method that mixes its clients' batches (mixup, FedBR's mixup option);
@@ -127,12 +140,20 @@ from fedhet.core.sections import (
     MAX_SEED,
     MAX_WIDTH,
     OMIT_IF_DEFAULT,
+    Count,
     Section,
 )
 from fedhet.core.spec import DatasetName, FederationSpec, Spec, expand, parse_run
 from fedhet.core.store import ArtifactStore, create_array
 from fedhet.data.partition_plan import partition_node
 from fedhet.data.shapes import data_shape
+from fedhet.engine.config_parts import (
+    FineTunedConfig,
+    LayerSplitConfig,
+    MixupAlpha,
+    OwnModelsConfig,
+    layers_from_output,
+)
 from fedhet.engine.description import MethodConfig, ModelChoice, ObjectiveConfig, refuse_text
 from fedhet.engine.train_plan import train_node
 
@@ -150,7 +171,12 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "MixedBatches": ("fedhet.engine.mixup", "MixedBatches"),
     "Mixer": ("fedhet.engine.mixup", "Mixer"),
     "Mixup": ("fedhet.engine.mixup", "Mixup"),
+    "FineTuned": ("fedhet.engine.personal", "FineTuned"),
+    "OwnModel": ("fedhet.engine.personal", "OwnModel"),
     "PartlyLocal": ("fedhet.engine.personal", "PartlyLocal"),
+    "PartlyShared": ("fedhet.engine.personal", "PartlyShared"),
+    "PersonalModels": ("fedhet.engine.personal", "PersonalModels"),
+    "TrainedBeside": ("fedhet.engine.personal", "TrainedBeside"),
     "Scores": ("fedhet.metrics.accuracy", "Scores"),
     "Stacked": ("fedhet.engine.client_step", "Stacked"),
     "Tensors": ("fedhet.engine.tensors", "Tensors"),
@@ -173,10 +199,12 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "run_metrics": ("fedhet.engine.run_format", "run_metrics"),
     "scale_gradient": ("fedhet.engine.modules", "scale_gradient"),
     "seeded_mlp": ("fedhet.engine.modules", "seeded_mlp"),
+    "stored": ("fedhet.engine.personal", "stored"),
     "stage_progress": ("fedhet.engine.progress", "stage_progress"),
     "summarize": ("fedhet.metrics.summary", "summarize"),
     "tensorboard": ("fedhet.engine.tensorboard", None),
     "tensors": ("fedhet.engine.tensors", None),
+    "to_store": ("fedhet.engine.personal", "to_store"),
     "write_metrics": ("fedhet.engine.run_format", "write_metrics"),
 }
 
@@ -188,16 +216,21 @@ __all__ = [
     "MAX_WIDTH",
     "OMIT_IF_DEFAULT",
     "ArtifactStore",
+    "Count",
     "DatasetName",
     "DivergedError",
+    "FineTunedConfig",
     "FederationSpec",
     "InputError",
+    "LayerSplitConfig",
     "Method",
     "MethodConfig",
+    "MixupAlpha",
     "refuse_text",
     "ModelChoice",
     "ObjectiveConfig",
     "ObjectiveEntry",
+    "OwnModelsConfig",
     "RunContext",
     "RunError",
     "Section",
@@ -209,6 +242,7 @@ __all__ = [
     "ensure",
     "expand",
     "layer_split_problem",
+    "layers_from_output",
     "norm_kinds",
     "parameter_layers",
     "parse_run",

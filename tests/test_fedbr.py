@@ -269,10 +269,9 @@ def test_min_step_decreases_min_objective_and_leaves_projection():
     x, y, x_pseudo, y_pseudo = fixed_batch()
     projection = copy.deepcopy(model.projection.state_dict())
     features = _features(local, x, x_pseudo)
-    before, _ = local.min_loss(features[0], y, features[1], y_pseudo, features[2])
-    local.min_step(features[0], y, features[1], y_pseudo, features[2])
-    z, z_pseudo, z_global = _features(local, x, x_pseudo)
-    after, _ = local.min_loss(z, y, z_pseudo, y_pseudo, z_global)
+    before, _ = local.min_loss(features, y, y_pseudo)
+    local.min_step(before)
+    after, _ = local.min_loss(_features(local, x, x_pseudo), y, y_pseudo)
     assert after.item() < before.item()
     for name, value in model.projection.state_dict().items():
         assert torch.equal(value, projection[name])

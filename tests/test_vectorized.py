@@ -13,6 +13,12 @@ from fedhet.core.spec import Spec, parse_spec
 from fedhet.data.datasets import load_dataset
 from fedhet.engine.client_executors import VectorizedExecutor
 from fedhet.engine.client_step import ClientStep
+from fedhet.engine.cohort_gradients import (
+    StackedGradients,
+    VmapGradients,
+    cohort_gradients,
+    linear_chain,
+)
 from fedhet.engine.executor import ClientDiverged
 from fedhet.engine.loop import Engine
 from fedhet.engine.trainer import ClientJob, ClientResult
@@ -21,12 +27,8 @@ from fedhet.engine.vectorized import (
     CohortDivergence,
     CohortResult,
     SGDSettings,
-    StackedGradients,
-    VmapGradients,
     cannot_vectorize,
     client_inputs,
-    cohort_gradients,
-    linear_chain,
     train_cohort,
 )
 from fedhet.models import build_model

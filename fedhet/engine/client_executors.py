@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from fedhet.engine.client_step import ClientStep
+from fedhet.engine.cohort_gradients import linear_chain
 from fedhet.engine.executor import ClientDiverged, ClientExecutor, SequentialExecutor
 from fedhet.engine.fused import chain_layers, fused_sgd
 from fedhet.engine.local import Divergence
@@ -30,7 +31,6 @@ from fedhet.engine.vectorized import (
     CohortDivergence,
     SGDSettings,
     cannot_vectorize,
-    linear_chain,
     train_cohort,
 )
 

@@ -6,14 +6,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MethodConfig
+from fedhet.plugin import OwnModelsConfig
 
 
-class APFLConfig(MethodConfig):
-    trainer: ClassVar[str | None] = "fedhet.methods.apfl.algorithm:APFL"
+class APFLConfig(OwnModelsConfig):
     # each client's mixture alpha v + (1 - alpha) w is what is evaluated (and stored with the run)
-    personalized: ClassVar[bool] = True
-    keeps_momentum_buffers: ClassVar[bool] = False  # the clients' states are models
+    trainer: ClassVar[str | None] = "fedhet.methods.apfl.algorithm:APFL"
     name: Literal["apfl"] = "apfl"
     alpha: float = Field(
         0.5, ge=0, le=1, description="each client's mixing weight of its local model, at the start"

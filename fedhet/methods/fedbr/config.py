@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from fedhet.plugin import (
     MAX_COUNT,
     MAX_WIDTH,
     OMIT_IF_DEFAULT,
+    Count,
     DatasetName,
     InputError,
     MethodConfig,
+    MixupAlpha,
     Section,
     Spec,
     StageNode,
@@ -26,13 +28,11 @@ class PseudoSpec(Section):
     """How FedBR's pseudo-data is built and shared."""
 
     kind: Literal["rsm", "mixture"] = "rsm"
-    size: int | None = Field(
+    size: Count | None = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="pseudo samples; default one batch (federation.batch_size)",
     )
-    subset: int = Field(10, ge=1, le=MAX_COUNT, description="samples averaged into one RSM sample")
+    subset: Count = Field(10, description="samples averaged into one RSM sample")
     proxy: DatasetName = Field("digits", description="mixture: the proxy dataset")
     mix: int = Field(
         1, ge=0, le=MAX_COUNT, description="mixture: K local samples mixed into each (Eq. 4)"
@@ -93,20 +93,11 @@ class FedBRConfig(MethodConfig):
     )
     projection_width: int = Field(256, ge=1, le=MAX_WIDTH)
     projection_dim: int = Field(128, ge=1, le=MAX_WIDTH)
-    mixup: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+    mixup: Annotated[MixupAlpha | None, OMIT_IF_DEFAULT] = Field(
         None,
-        gt=0,
-        le=MAX_COUNT,
         description="FedBR + Mixup: the real batch mixed with itself at each local step, "
         "lambda ~ Beta(mixup, mixup) (the official code: 0.2); default off",
     )
-
-    @field_validator("mixup", mode="before")
-    @classmethod
-    def _mixup_is_an_alpha(cls, value: object) -> object:
-        if isinstance(value, bool):
-            raise ValueError("takes mixup's alpha (the official code's: 0.2), not true or false")
-        return value
 
     @property
     def uses_pseudo(self) -> bool:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fedhet.plugin import MAX_COUNT, OMIT_IF_DEFAULT, InputError, MethodConfig
+from fedhet.plugin import OMIT_IF_DEFAULT, Count, InputError, MethodConfig
 
 Objective = Literal["official", "mixture"]
 Source = Literal["global", "client"]
@@ -31,10 +31,8 @@ class FedImproConfig(MethodConfig):
         description="moving-average momentum of the client statistics (Eq. 7); 0 replaces "
         "them with each batch's (the authors' code); unused with rate_samples",
     )
-    rate_samples: int | None = Field(
+    rate_samples: Count | None = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="instead of momentum, class c moves by min(1, n_c / rate_samples) per step, "
         "n_c its samples in the batch; null: by 1 - momentum",
     )
@@ -43,10 +41,8 @@ class FedImproConfig(MethodConfig):
         description="statistics the sampled features come from: global (received this round) "
         "or client (the client's running ones, starting from the global: the authors' code)",
     )
-    samples: int | None = Field(
+    samples: Count | None = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="N_hat, sampled features per local step; default: the batch size",
     )
     objective: Objective = Field(
@@ -57,10 +53,8 @@ class FedImproConfig(MethodConfig):
     weight: float = Field(
         1.0, ge=0, description="weight w of the sampled features (at the ramp's end); 0 is FedAvg"
     )
-    ramp_rounds: int | None = Field(
+    ramp_rounds: Count | None = Field(
         500,
-        ge=1,
-        le=MAX_COUNT,
         description="w_t = w t / R at round t rises linearly, uncapped (the authors' schedule); "
         "R in rounds (the authors' code: 500); null: R from `ramp`",
     )

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, MethodConfig
+from fedhet.plugin import Count, MethodConfig
 
 
 class FedMixConfig(MethodConfig):
@@ -15,9 +15,7 @@ class FedMixConfig(MethodConfig):
     lam: float = Field(
         0.1, gt=0, lt=1, description="lambda, the weight of the other clients' means (0.1)"
     )
-    mean_size: int = Field(
-        10, ge=1, le=MAX_COUNT, description="M: the samples averaged into each shared mean (10)"
-    )
+    mean_size: Count = Field(10, description="M: the samples averaged into each shared mean (10)")
     derivative: Literal["batch_mean", "sample"] = Field(
         "batch_mean",
         description="the Taylor term's dl/dx: of the batch's mean first term (the official "

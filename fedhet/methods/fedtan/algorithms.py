@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedhet.methods.fedtan.sync_bn import Mode, SyncResult, bn_layers, synchronized_gradients
-from fedhet.plugin import ClientJob, ClientResult, Tensors, Traffic, Trainer, tensors
+from fedhet.plugin import ClientJob, ClientResult, PartlyShared, Tensors, Traffic, Trainer, tensors
 
 
 def bn_state_names(model: nn.Module, parameters: bool, statistics: bool) -> frozenset[str]:
@@ -160,7 +160,7 @@ class FedTANII(FedTAN):
 # --- FedBN and SiloBN -------------------------------------------------------------------------
 
 
-class _LocalBatchNorm(Trainer):
+class _LocalBatchNorm(PartlyShared):
     """BN state entries in `local_names` stay on each client (kept in its client_state)."""
 
     vectorizable = False
@@ -170,8 +170,9 @@ class _LocalBatchNorm(Trainer):
     def local_names(self) -> frozenset[str]:
         return bn_state_names(self.build_model(), self.local_parameters, statistics=True)
 
-    def shared(self, state: Tensors) -> Tensors:
-        return {k: v for k, v in state.items() if k not in self.local_names}
+    @property
+    def unshared_names(self) -> frozenset[str]:
+        return self.local_names
 
     def client_update(self, job: ClientJob) -> ClientResult:
         if job.client_state:  # empty before the client's first round: it starts from the global
@@ -179,11 +180,6 @@ class _LocalBatchNorm(Trainer):
         result = super().client_update(job)
         job.client_state.update({k: result.state[k] for k in self.local_names})
         return result
-
-    def aggregate(self, round, global_state, server_state, results, weights):
-        """Average the shared entries; the server's copies of the local ones never change."""
-        averaged = tensors.weighted_average([self.shared(r.state) for r in results], weights)
-        return {k: averaged[k] if k in averaged else global_state[k] for k in global_state}
 
     def evaluation_states(
         self, global_state: Tensors, client_states: dict[int, Tensors]

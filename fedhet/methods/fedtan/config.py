@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, InputError, MethodConfig, norm_kinds
+from fedhet.plugin import Count, InputError, MethodConfig, norm_kinds
 
 
 class _BatchNormConfig(MethodConfig):
@@ -46,9 +46,7 @@ class FedAvgAlgorithm2Config(_BatchNormConfig):
 class FedTANIIConfig(_BatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedTANII"
     name: Literal["fedtan_ii"] = "fedtan_ii"
-    sync_rounds: int = Field(
-        50, ge=1, le=MAX_COUNT, description="M: FedTAN rounds before BN stats freeze"
-    )
+    sync_rounds: Count = Field(50, description="M: FedTAN rounds before BN stats freeze")
     frozen_lr_scale: float = Field(
         0.1, gt=0, le=1, description="lr multiplier once frozen (paper, MNIST: 0.5 -> 0.05)"
     )
@@ -57,8 +55,13 @@ class FedTANIIConfig(_BatchNormConfig):
         return f"FedTAN-II (M={self.sync_rounds})"
 
 
-class FedBNConfig(_BatchNormConfig):
+class _LocalBatchNormConfig(_BatchNormConfig):
+    """BatchNorm entries stay on each client: its own model is what is evaluated."""
+
     personalized: ClassVar[bool] = True
+
+
+class FedBNConfig(_LocalBatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedBN"
     name: Literal["fedbn"] = "fedbn"
 
@@ -66,8 +69,7 @@ class FedBNConfig(_BatchNormConfig):
         return "FedBN"
 
 
-class SiloBNConfig(_BatchNormConfig):
-    personalized: ClassVar[bool] = True
+class SiloBNConfig(_LocalBatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:SiloBN"
     name: Literal["silobn"] = "silobn"
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, OMIT_IF_DEFAULT, InputError, MethodConfig, Spec
+from fedhet.plugin import OMIT_IF_DEFAULT, InputError, MethodConfig, MixupAlpha, Spec
 
 
 class GroupDROConfig(MethodConfig):
@@ -21,10 +21,8 @@ class GroupDROConfig(MethodConfig):
         description="the step of q's exponentiated-gradient update q_c <- q_c exp(eta l_c); "
         "0 keeps q uniform (FedAvg)",
     )
-    mixup_alpha: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+    mixup_alpha: Annotated[MixupAlpha | None, OMIT_IF_DEFAULT] = Field(
         None,
-        gt=0,
-        le=MAX_COUNT,
         description="mix each local batch with itself, lambda ~ Beta(alpha, alpha), as FedBR's "
         "code's GroupDRO always does (with 0.2); default: no mixing (the paper's GroupDRO)",
     )

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, MethodConfig
+from fedhet.plugin import MethodConfig, MixupAlpha
 
 DEFAULT_ALPHA = 0.2  # LINs-lab/FedBR fedbr/hparams_registry.py: mixup_alpha's default
 
@@ -14,11 +14,8 @@ DEFAULT_ALPHA = 0.2  # LINs-lab/FedBR fedbr/hparams_registry.py: mixup_alpha's d
 class MixupConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.mixup.algorithm:MixupTrainer"
     name: Literal["mixup"] = "mixup"
-    alpha: float = Field(
-        DEFAULT_ALPHA,
-        gt=0,
-        le=MAX_COUNT,
-        description="lambda ~ Beta(alpha, alpha) per local batch (FedBR's code: 0.2)",
+    alpha: MixupAlpha = Field(
+        DEFAULT_ALPHA, description="lambda ~ Beta(alpha, alpha) per local batch (FedBR's code: 0.2)"
     )
 
     def input_steps(self) -> str | None:

@@ -45,9 +45,11 @@ from fedhet.plugin import (
     ClientResult,
     Divergence,
     LocalStats,
+    PersonalModels,
     Tensors,
-    Trainer,
+    stored,
     tensors,
+    to_store,
 )
 
 THETA = "theta."  # + a model state name: the client's personalized model
@@ -78,8 +80,8 @@ def solve_inner(
     return first
 
 
-class PFedMe(Trainer):
-    vectorizable = False  # each client's steps solve an inner problem of its own
+class PFedMe(PersonalModels):
+    """Each client's steps solve an inner problem of its own, whose solution theta it keeps."""
 
     def client_update(self, job: ClientJob) -> ClientResult:
         """The client's local rounds: theta (job.model, which starts at the global model) solves
@@ -107,7 +109,7 @@ class PFedMe(Trainer):
                 for name, p in theta.named_parameters():
                     local[name].sub_(job.lr * config.lam * (local[name] - p))
         personalized = tensors.clone(theta.state_dict())
-        job.client_state.update({THETA + n: v for n, v in personalized.items()})
+        job.client_state.update(to_store(personalized, THETA))
         first = losses[0] if losses else math.nan
         stats = LocalStats(len(losses), sum(losses) / max(len(losses), 1), first_loss=first)
         return ClientResult(job.client.id, {**personalized, **local}, job.client.n, stats)
@@ -123,13 +125,6 @@ class PFedMe(Trainer):
             for n, v in averaged.items()
         }
 
-    def evaluation_states(
-        self, global_state: Tensors, client_states: dict[int, Tensors]
-    ) -> list[Tensors]:
-        """Each given client's theta, in client order (the global model for one never trained)."""
-        own = [self.personalized(global_state, client_states[c]) for c in sorted(client_states)]
-        return own or [global_state]
-
     def personalized(self, global_state: Tensors, client_state: Tensors) -> Tensors:
-        own = {n[len(THETA) :]: v for n, v in client_state.items() if n.startswith(THETA)}
-        return own or global_state
+        """The client's theta (the global model for one never trained)."""
+        return stored(client_state, THETA) or global_state

@@ -14,6 +14,7 @@ from fedhet.plugin import (
     MAX_SEED,
     MAX_WIDTH,
     OMIT_IF_DEFAULT,
+    Count,
     InputError,
     ObjectiveConfig,
     Section,
@@ -91,10 +92,8 @@ class VHLSpec(ObjectiveConfig):
     labels: Literal["extra", "shared"] = Field(
         "extra", description="virtual classes as C_v extra outputs (official) or sharing the first"
     )
-    batch_size: int | None = Field(
+    batch_size: Count | None = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="virtual samples per step; default: the real batch's size",
     )
     augment: bool = Field(
