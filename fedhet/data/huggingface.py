@@ -211,11 +211,11 @@ def load(config: HuggingFaceData, seed: int) -> ArrayData:
     config.keyed_identity()
     train, test = config.splits()
     where = f"data.path: {config.path}"
-    arrays = [
-        huggingface_read.column_values(part, column, where)
-        for part in (train, test)
-        for column in (found.input, found.label)
-    ]
+    arrays = []
+    for part in (train, test):
+        x = huggingface_read.column_values(part, found.input, where)
+        arrays += [x.reshape(len(x), -1) if x.ndim == 1 else x]  # a number: one feature
+        arrays += [huggingface_read.column_values(part, found.label, where)]
     train_client = test_client = None
     if config._by is not None:
         ids = [huggingface_read.column_values(part, config._by, where) for part in (train, test)]
