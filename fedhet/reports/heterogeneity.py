@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from fedhet.core.store import ArtifactStore
 from fedhet.data.heterogeneity import heterogeneity
-from fedhet.data.partition_format import load_partition
 from fedhet.execution.planning import Run
 
 HEADER = (
@@ -14,21 +13,27 @@ HEADER = (
 )
 
 
-def heterogeneity_section(runs: list[Run], store: ArtifactStore) -> str:
-    """The markdown section: a row per stored partition the runs use, in run order."""
+def heterogeneity_section(runs: list[Run], store: ArtifactStore) -> str | None:
+    """The markdown section: a row per stored partition the runs use, in run order (its
+    histogram only is read); None when none is stored."""
     rows, seen = [], set()
     for run in runs:
         node = next((n for n in run.node.walk() if n.stage == "partition"), None)
         if node is None or node.key in seen or not store.exists(node.stage, node.key):
             continue
         seen.add(node.key)
-        part = load_partition(store.open(node.stage, node.key))
-        h = heterogeneity(part.histogram)
+        group = store.open(node.stage, node.key)
+        if "histogram" not in group:  # not written by the partition stage: no row
+            continue
+        histogram = group["histogram"][:]
+        h = heterogeneity(histogram)
         rows.append(
-            f"| {run.node_labels()[node.key]} | {part.num_clients} | {h.hellinger:.3f} | "
+            f"| {run.node_labels()[node.key]} | {len(histogram)} | {h.hellinger:.3f} | "
             f"{h.iid_hellinger:.3f} | {h.jensen_shannon:.3f} | {h.earth_movers:.3f} | "
             f"{h.classes_held:.1f} of {h.classes} | {h.size_cv:.2f} | {h.size_gini:.2f} |"
         )
+    if not rows:
+        return None
     return (
         "## Heterogeneity of the partitions\n\nEach client's label distribution against the "
         "pooled one, mean over the clients that hold samples: Hellinger distance (beside what "

@@ -423,7 +423,7 @@ def write_report(
         sections.append(own_angle_section(rows))
     if spec.eval.client_test is not None:
         sections.append(client_test_section(rows))
-    sections.append(heterogeneity_section(runs, store))
+    sections += filter(None, [heterogeneity_section(runs, store)])
     sections += [
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds "
         "and leaves out each run's first round (it holds one-off warm-up: imports, first "
