@@ -94,7 +94,7 @@ class HuggingFaceData(DataConfig):
     def summary(self) -> Summary:
         """What describe() and identity() say, read once per content and options."""
         train, test = self.splits()
-        sha256 = huggingface_read.content_hash(self.path, [train, test], self.download)
+        sha256 = huggingface_read.content_hash(self.path, [train, test])
         options = (self.split, self.test_split, self.input, self.label, self._by)
         return _summary(self.path, self.download, options, sha256)
 

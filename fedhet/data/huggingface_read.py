@@ -56,7 +56,7 @@ def open_split(path: str, split: str, field: str, download: bool) -> Any:
     return splits[split]
 
 
-def content_hash(path: str, parts: list[Any], download: bool) -> str:
+def content_hash(path: str, parts: list[Any]) -> str:
     """The sha256 of the data at `path`: its folder's files, or for a hub name the cached files
     of `parts` (the splits read)."""
     folder = _folder(path)
@@ -64,7 +64,7 @@ def content_hash(path: str, parts: list[Any], download: bool) -> str:
         files, root = sorted(_files(folder)), folder
     else:
         files = sorted({Path(c["filename"]) for part in parts for c in part.cache_files})
-        root = Path(os.path.commonpath(files)).parent if files else Path(".")
+        root = Path(os.path.commonpath([f.parent for f in files])) if files else Path(".")
     return _hashed(root, _stamp(files))
 
 
@@ -95,7 +95,8 @@ def column_kind(part: Any, column: str) -> str:
     if not isinstance(leaf, (datasets.Value, *arrays)) or dtype is None:
         return type(feature).__name__
     if dtype == "bool" or dtype.startswith(("int", "uint")):
-        return "integer" if leaf is feature else "array"
+        scalar = leaf is feature and isinstance(leaf, datasets.Value)
+        return "integer" if scalar else "array"
     if dtype.startswith("float"):
         return "array"
     return dtype
@@ -126,8 +127,6 @@ def _open(path: str, download: bool, stamp: tuple) -> dict[str, Any]:
             opened = datasets.load_dataset(str(folder))
         else:
             opened = datasets.load_dataset(path)
-    except FieldError:
-        raise
     except Exception as err:  # the library's many failures: each is the input's
         raise FieldError("path", _unreadable(path, folder, download, err)) from None
     if isinstance(opened, datasets.Dataset):
@@ -186,11 +185,8 @@ def _unreadable(path: str, folder: Path | None, download: bool, err: Exception) 
 
 def _leaf_value(feature: Any) -> Any:
     """The scalar type inside (possibly nested) sequence and array features."""
-    for _ in range(8):
-        inner = getattr(feature, "feature", None)
-        if inner is None:
-            break
-        feature = inner
+    while getattr(feature, "feature", None) is not None:
+        feature = feature.feature
     return feature
 
 
