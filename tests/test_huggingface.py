@@ -93,6 +93,17 @@ def test_grouped_natural_ids_deal_that_many_values_to_a_client(tmp_path: Path):
     assert partition_node(spec).key != ungrouped
 
 
+def test_grouped_ids_apply_to_any_natural_data():
+    """FedProx's synthetic benchmark: its 30 clients, 4 a client, are 8 (the last holds 2)."""
+    data = {"dataset": "synthetic", "alpha": 1, "beta": 1}
+    single = spec_partition(parse_spec({"data": data, "partition": {"scheme": "natural"}}))
+    spec = parse_spec({"data": data, "partition": {"scheme": "natural", "group": 4}})
+    assert spec.partition.clients == 8
+    sizes = [len(c) for c in single.client_indices]
+    expected = [sum(sizes[k : k + 4]) for k in range(0, 30, 4)]
+    assert [len(c) for c in spec_partition(spec).client_indices] == expected
+
+
 @pytest.mark.parametrize("layout", ["parquet", "arrow"])
 def test_a_folder_of_files_reads_images_as_pixels(tmp_path: Path, layout: str):
     from PIL import Image
