@@ -31,6 +31,7 @@ from fedhet.figures import FORMATS, Curve, metric_curves
 from fedhet.metrics.summary import rounds_to_reach, validated
 from fedhet.reports.comparison import FLOOR_ACCURACY, paired_section
 from fedhet.reports.evaluation import evaluate_run
+from fedhet.reports.heterogeneity import heterogeneity_section
 from fedhet.reports.plateau import plateau_section
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
@@ -422,6 +423,7 @@ def write_report(
         sections.append(own_angle_section(rows))
     if spec.eval.client_test is not None:
         sections.append(client_test_section(rows))
+    sections += filter(None, [heterogeneity_section(runs, store)])
     sections += [
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds "
         "and leaves out each run's first round (it holds one-off warm-up: imports, first "
