@@ -14,7 +14,8 @@ from fedhet.cli.columns import LS_COLUMNS
 from fedhet.cli.options import FormatOpt, StoreOpt, example, group, load, out
 from fedhet.cli.output import Format, show
 from fedhet.core.errors import FedhetError, InputError
-from fedhet.core.store import ATTRIBUTES_CHECKSUM, INTEGRITY, ArtifactStore, arrays
+from fedhet.core.sealed import ATTRIBUTES_CHECKSUM, INTEGRITY, arrays
+from fedhet.core.store import ArtifactStore
 
 commands = group("Inspect and maintain the artifact store.")
 
