@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedhet import __version__
-from fedhet.core import provenance
+from fedhet.core import object_gc, object_locks, provenance
 from fedhet.core.errors import InputError
+from fedhet.core.object_partial import PartialMirror
 from fedhet.core.object_store import remote_for
 from fedhet.core.sealed import (
     CHECKSUMS,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # imported where an array is read or written: zarr takes 0.15
     import zarr
 
 TMP_MARK = ".tmp-"
+GRACE_S = 3600.0  # `gc`: how long a writer's uncommitted files on an object store are left alone
 
 
 def default_root() -> str:
@@ -168,16 +170,29 @@ class ArtifactStore:
             yield lease
 
     def try_lock(self, stage: str, key: str) -> lockfile.Lease | None:
-        """The key's lock, or None while a live owner holds it; an object store's lock is
-        held too, released with the local one."""
+        """The key's lock, or None while a live owner holds it. On an object store the lock
+        object is held too, and the key's checkpoint area is kept in step with the server's
+        (fedhet.core.object_partial) until the lock is released."""
         lease = lockfile.try_acquire(self._lock_path(stage, key))
         if lease is None or self.remote is None:
             return lease
-        remote = self.remote.try_lock(stage, key)
+        try:
+            remote = object_locks.try_lock(self.remote, stage, key)
+        except BaseException:
+            lease.release()
+            raise
         if remote is None:
             lease.release()
             return None
+        try:
+            mirror = PartialMirror(self.remote, stage, key, self.partial_dir(stage, key))
+        except BaseException:
+            remote.release()
+            lease.release()
+            raise
+        lease.also_release(mirror.stop)
         lease.also_release(remote.release)
+        lease.took_over = lease.took_over or remote.took_over
         return lease
 
     def holder(self, stage: str, key: str) -> lockfile.Owner | None:
@@ -185,7 +200,7 @@ class ArtifactStore:
         local = lockfile.holder(self._lock_path(stage, key))
         if local is not None or self.remote is None:
             return local
-        return self.remote.holder(stage, key)
+        return object_locks.holder(self.remote, stage, key)
 
     @contextmanager
     def write(self, stage: str, key: str, attrs: dict[str, Any]) -> Iterator[zarr.Group]:
@@ -255,31 +270,34 @@ class ArtifactStore:
     def _unlocked(self, stage: str, key: str) -> bool:
         return self.holder(stage, key) is None
 
-    def gc(self, dry_run: bool = False) -> list[Path]:
-        """Remove dead writers' temporaries, checkpoints of published artifacts, stale locks;
-        with `dry_run`, only say what would be removed."""
+    def gc(self, dry_run: bool = False, grace_s: float = GRACE_S) -> list[str]:
+        """Remove dead writers' temporaries, checkpoints of published artifacts, stale locks,
+        and on an object store what dead writers left on the server (fedhet.core.object_gc:
+        uncommitted files older than `grace_s`); with `dry_run`, only say what would be
+        removed. The locations removed."""
         removed = []
         for entry in sorted(self.root.glob("*/*")):
-            stage = entry.parent.name
-            name = entry.name
-            if TMP_MARK in name:
-                key = name.split(".zarr")[0]
-                stale = self._unlocked(stage, key)
-            elif name.endswith(".partial"):
-                key = name.removesuffix(".partial")
-                stale = self.exists(stage, key) and self._unlocked(stage, key)
-            elif name.endswith(".lock"):
-                key = name.removesuffix(".lock")
-                stale = self._unlocked(stage, key)
-            elif name.endswith(".zarr"):
-                stale = not (entry / "zarr.json").is_file()
-            else:
-                stale = False
-            if stale and not dry_run:
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-            if stale:
-                removed.append(entry)
+            if self._stale(entry):
+                removed.append(str(entry))
+                if not dry_run:
+                    shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        if self.remote is not None:
+            removed += object_gc.collect(self.remote, grace_s, dry_run)
         return removed
+
+    def _stale(self, entry: Path) -> bool:
+        """Whether `entry` of the store's folder is a leftover `gc` removes."""
+        stage, name = entry.parent.name, entry.name
+        if TMP_MARK in name:
+            return self._unlocked(stage, name.split(".zarr")[0])
+        if name.endswith(".partial"):
+            key = name.removesuffix(".partial")
+            return self.exists(stage, key) and self._unlocked(stage, key)
+        if name.endswith(".lock"):
+            return self._unlocked(stage, name.removesuffix(".lock"))
+        if name.endswith(".zarr"):
+            return not (entry / "zarr.json").is_file()
+        return False
 
     # --- removal ------------------------------------------------------------------------
 
