@@ -267,3 +267,37 @@ def _no_times(table: str) -> list[list[str]]:
     rows = [line.split(",") for line in table.splitlines()]
     keep = [i for i, name in enumerate(rows[0]) if "time" not in name]
     return [[row[i] for i in keep] for row in rows]
+
+
+def test_a_checkpoint_area_follows_its_lock_from_machine_to_machine(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    url, key = new_url(), "ab" * 32
+    for name, value in machine(s3, tmp_path / "a", url).items():
+        monkeypatch.setenv(name, value)
+    a = ArtifactStore(url)
+    with a.lock("train", key):  # machine A writes a checkpoint, one in progress, a record
+        partial = a.partial_dir("train", key)
+        (partial / "ckpt-000002.zarr" / "c").mkdir(parents=True)
+        (partial / "ckpt-000002.zarr" / "zarr.json").write_bytes(b"{}")
+        (partial / "ckpt-000002.zarr" / "c" / "0").write_bytes(b"round two")
+        (partial / ".tmp-ckpt-000003.zarr").mkdir()
+        (partial / "diverged.json").write_text("{}")
+    area = s3.root / BUCKET / url.rsplit("/", 1)[1] / "train" / f"{key}.partial"
+    assert sorted(p.name for p in area.iterdir()) == [
+        "ckpt-000002.zarr", "ckpt-000002.zarr.commit", "diverged.json",
+    ]  # fmt: skip
+
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "b"))
+    b = ArtifactStore(url)
+    with b.lock("train", key):  # machine B finds it, bit for bit, and drops the record
+        partial = b.partial_dir("train", key)
+        assert written(partial) == ["ckpt-000002.zarr/c/0", "ckpt-000002.zarr/zarr.json",
+                                    "diverged.json"]  # fmt: skip
+        assert (partial / "ckpt-000002.zarr" / "c" / "0").read_bytes() == b"round two"
+        (partial / "diverged.json").unlink()
+    assert sorted(p.name for p in area.iterdir()) == ["ckpt-000002.zarr", "ckpt-000002.zarr.commit"]
+
+
+def written(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())

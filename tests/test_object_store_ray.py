@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_SPEC, CliRunner, write_spec
 from test_object_store import machine, new_url
-from test_object_store_machines import aws_home
+from test_object_store_machines import aws_home, written
 
 from benchmarks.s3_server import S3Server
 
@@ -56,10 +56,6 @@ def nodes(s3: S3Server, tmp_path_factory: pytest.TempPathFactory):
         yield cluster.address, [where for where, _ in environments]
     finally:
         cluster.shutdown()
-
-
-def written(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
 def without_times(rows: list[dict]) -> list[dict]:
