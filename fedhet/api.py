@@ -32,8 +32,9 @@ from rich.console import Console
 from fedhet.core import units
 from fedhet.core.errors import DivergedError
 from fedhet.core.pipeline import ProgressSink
+from fedhet.core.sealed import damage_named
 from fedhet.core.spec import Spec
-from fedhet.core.store import ArtifactStore, damage_named
+from fedhet.core.store import ArtifactStore
 from fedhet.execution.loading import checked_spec
 from fedhet.execution.planning import Run, runs_of
 from fedhet.execution.results import require_stored

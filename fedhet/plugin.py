@@ -133,6 +133,7 @@ from fedhet.core.errors import DivergedError, InputError, RunError
 from fedhet.core.pipeline import RunContext, StageNode, ensure, stage
 from fedhet.core.registry import Method, ObjectiveEntry
 from fedhet.core.rng import derive_seed, torch_generator
+from fedhet.core.sealed import create_array
 from fedhet.core.sections import (
     MAX_CLASSES,
     MAX_COUNT,
@@ -144,7 +145,7 @@ from fedhet.core.sections import (
     Section,
 )
 from fedhet.core.spec import DatasetName, FederationSpec, Spec, expand, parse_run
-from fedhet.core.store import ArtifactStore, create_array
+from fedhet.core.store import ArtifactStore
 from fedhet.data.partition_plan import partition_node
 from fedhet.data.shapes import data_shape
 from fedhet.engine.config_parts import (

@@ -15,8 +15,9 @@ from rich.console import Console
 from zarr.codecs import Crc32cCodec
 
 from fedhet.core.pipeline import RunContext, ensure
+from fedhet.core.sealed import arrays
 from fedhet.core.spec import load_spec
-from fedhet.core.store import ArtifactStore, arrays
+from fedhet.core.store import ArtifactStore
 from fedhet.engine.run_format import read_metrics
 from fedhet.execution.planning import runs_of
 from fedhet.process.interrupts import Interrupted

@@ -26,8 +26,9 @@ from conftest import write_spec
 from torch import nn
 
 from fedhet.core.rng import torch_generator
+from fedhet.core.sealed import arrays
 from fedhet.core.spec import Spec, load_spec, parse_spec
-from fedhet.core.store import ArtifactStore, arrays
+from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensors
 from fedhet.engine.local import batch_schedule
 from fedhet.engine.loop import Engine, evaluate

@@ -15,8 +15,9 @@ from conftest import CliRunner, markdown_tables, write_spec
 from matplotlib.image import imread
 from rich.console import Console
 
+from fedhet.core.sealed import seal
 from fedhet.core.spec import Spec, parse_spec
-from fedhet.core.store import ArtifactStore, seal
+from fedhet.core.store import ArtifactStore
 from fedhet.engine.run_format import write_metrics
 from fedhet.execution.planning import Run, runs_of
 from fedhet.reports.report import markdown_table, write_report
