@@ -50,6 +50,10 @@ Training: the trainer and its one client step
         example).
     ClientJob, ClientResult, Traffic
         One client's work in a round, its result, and the traffic a round adds.
+    SGDSettings, sgd
+        A client's local optimizer (lr, momentum, weight decay): on its job (`ClientJob.sgd`,
+        from `Trainer.client_sgd`), the one place every executor and method reads it; torch's
+        SGD over a model with them.
     A trainer that trains its clients in a way no client step states overrides
     `client_update` (and `local_loss`, the data term) and declares `vectorizable = False`.
     PartlyLocal, fine_tune
@@ -89,10 +93,11 @@ Tensors, models and metrics
         a round.
     FedModel, build_model, ClientData, load_data
         fedhet's models, a client's samples, the datasets.
-    seeded_mlp, WithPart, scale_gradient
+    seeded_mlp, WithPart, scale_gradient, gradient_only
         A 3-layer MLP initialized from a derived seed (a projection head, a domain classifier),
-        a classifier carrying such a part under a name of its own, and a layer that scales the
-        gradient flowing back through it (negative: gradient reversal).
+        a classifier carrying such a part under a name of its own, a layer that scales the
+        gradient flowing back through it (negative: gradient reversal), and a loss term that
+        adds its gradient but not its value.
     evaluate
         (accuracy, mean cross-entropy) of a model on samples, as the engine scores its rounds.
     Scores, class_accuracies, LossFn, client_gradient_variance, summarize
@@ -151,6 +156,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Mixer": ("fedhet.engine.mixup", "Mixer"),
     "Mixup": ("fedhet.engine.mixup", "Mixup"),
     "PartlyLocal": ("fedhet.engine.personal", "PartlyLocal"),
+    "SGDSettings": ("fedhet.engine.local", "SGDSettings"),
     "Scores": ("fedhet.metrics.accuracy", "Scores"),
     "Stacked": ("fedhet.engine.client_step", "Stacked"),
     "Tensors": ("fedhet.engine.tensors", "Tensors"),
@@ -171,7 +177,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "num_local_steps": ("fedhet.engine.system", "num_local_steps"),
     "round_note": ("fedhet.engine.progress", "round_note"),
     "run_metrics": ("fedhet.engine.run_format", "run_metrics"),
+    "gradient_only": ("fedhet.engine.modules", "gradient_only"),
     "scale_gradient": ("fedhet.engine.modules", "scale_gradient"),
+    "sgd": ("fedhet.engine.local", "sgd"),
     "seeded_mlp": ("fedhet.engine.modules", "seeded_mlp"),
     "stage_progress": ("fedhet.engine.progress", "stage_progress"),
     "summarize": ("fedhet.metrics.summary", "summarize"),

@@ -32,7 +32,7 @@ from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensors
 from fedhet.engine.client_step import OneClient
-from fedhet.engine.local import LocalStats, batch_schedule
+from fedhet.engine.local import LocalStats, SGDSettings, batch_schedule
 from fedhet.engine.loop import Engine
 from fedhet.engine.trainer import ClientResult
 from fedhet.execution.planning import runs_of
@@ -90,7 +90,9 @@ def test_the_server_client_and_regularizer_by_hand(tmp_path):
 
     # g_k = 0.3, alpha_k = 0.5, trained from 1 to 2: g_k - alpha_k (2 - 1) = -0.2
     step = Dynamic({"w": one(1)})
-    upload, kept = step.finish({"w": one(0.3), ALPHA: torch.tensor(0.5)}, {"w": one(2)}, None, 0.1)
+    upload, kept = step.finish(
+        {"w": one(0.3), ALPHA: torch.tensor(0.5)}, {"w": one(2)}, None, SGDSettings(0.1)
+    )
     assert upload == {}
     torch.testing.assert_close(kept["w"], one(-0.2))
     # its regularizer at theta = 3: 0.5/2 (3 - 1)^2 - 0.3 * 3 = 0.1; a second client with

@@ -102,7 +102,7 @@ def fine_tune(
     spec = trainer.setup.spec
     generator = torch_generator(spec.seed, "finetune", client.id)
     batches = batch_schedule(client.n, trainer.fed.batch_size, steps, generator)
-    optimizer = sgd(model, lr, trainer.momentum, trainer.fed)
+    optimizer = sgd(model, trainer.client_sgd(0, client, lr))
     classes = trainer.setup.dataset.num_classes
 
     def loss(m, x, y):

@@ -45,7 +45,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from fedhet.plugin import ClientJob, ClientResult, Divergence, Tensors, Trainer, tensors
+from fedhet.plugin import (
+    ClientJob,
+    ClientResult,
+    Divergence,
+    Tensors,
+    Trainer,
+    sgd,
+    tensors,
+)
 
 LOCAL = "local."  # + a model state name: the client's local model v_i
 ALPHA = "alpha"  # the client's mixing weight
@@ -115,13 +123,7 @@ class APFL(Trainer):
         state, alpha = self.local_model(job.client_state)
         local = copy.deepcopy(job.model)
         local.load_state_dict(state)
-        optimizer = torch.optim.SGD(
-            local.parameters(),
-            lr=job.lr,
-            momentum=self.momentum,
-            weight_decay=self.fed.weight_decay,
-        )
-        return Mixture(local, optimizer, alpha, self.config.adaptive, job.lr)
+        return Mixture(local, sgd(local, job.sgd), alpha, self.config.adaptive, job.sgd.lr)
 
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor

@@ -42,14 +42,22 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.plugin import ClientJob, ClientResult, Divergence, Tensors, Trainer, tensors
+from fedhet.plugin import (
+    ClientJob,
+    ClientResult,
+    Divergence,
+    Tensors,
+    Trainer,
+    sgd,
+    tensors,
+)
 
 PERSONAL = "personal."  # + a model state name: the client's personal model v_k
 
@@ -98,10 +106,10 @@ class Ditto(Trainer):
     def client_context(self, job: ClientJob) -> PersonalModel:
         model = copy.deepcopy(job.model)
         model.load_state_dict(self.personal(job.client_state))
-        lr = job.lr if self.config.personal_lr is None else self.personal_rate(job.lr)
-        optimizer = torch.optim.SGD(
-            model.parameters(), lr=lr, momentum=self.momentum, weight_decay=self.fed.weight_decay
-        )
+        settings = job.sgd
+        if self.config.personal_lr is not None:
+            settings = replace(settings, lr=self.personal_rate(settings.lr))
+        optimizer = sgd(model, settings)
         anchor = {n: v for n, v in job.global_state.items() if n in self.param_names}
         return PersonalModel(model, optimizer, anchor, self.config.lam)
 

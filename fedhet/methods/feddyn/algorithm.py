@@ -52,7 +52,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fedhet.plugin import ClientData, ClientStep, LocalStats, Stacked, Tensors, Trainer, tensors
+from fedhet.plugin import (
+    ClientData,
+    ClientStep,
+    LocalStats,
+    SGDSettings,
+    Stacked,
+    Tensors,
+    Trainer,
+    tensors,
+)
 
 ALPHA = "feddyn.alpha"  # the client's alpha_k, in its state and extras (no parameter's name)
 
@@ -81,7 +90,7 @@ class Dynamic(ClientStep):
         return 0.5 * extras[ALPHA] * quadratic - linear
 
     def finish(
-        self, client_state: Tensors, state: Tensors, stats: LocalStats, lr: float
+        self, client_state: Tensors, state: Tensors, stats: LocalStats, sgd: SGDSettings
     ) -> tuple[Tensors, Tensors]:
         """(nothing beyond the model, the new g_k = g_k - alpha_k (theta_k - theta^{t-1}))."""
         g, alpha = self.gradient_state(client_state), client_state[ALPHA]

@@ -47,6 +47,7 @@ from fedhet.plugin import (
     LocalStats,
     Tensors,
     Trainer,
+    sgd,
     tensors,
     torch_generator,
 )
@@ -111,12 +112,7 @@ class PerFedAvg(Trainer):
     def client_update(self, job: ClientJob) -> ClientResult:
         model, per_step = job.model, BATCHES[self.config.variant]
         model.train()
-        optimizer = torch.optim.SGD(
-            model.parameters(),
-            lr=job.lr,
-            momentum=self.momentum,
-            weight_decay=self.fed.weight_decay,
-        )
+        optimizer = sgd(model, job.sgd)
         losses = []
         for step, batches in enumerate(_grouped(self.client_batches(job), per_step)):
             rows = [job.client.rows(idx) for idx in batches]

@@ -98,14 +98,14 @@ class PFedMe(Trainer):
                 config.inner_steps,
                 config.personal_lr,
                 config.lam,
-                self.fed.weight_decay,
+                job.sgd.weight_decay,
             )
             if not math.isfinite(loss):
                 raise Divergence(step, loss)
             losses.append(loss)
             with torch.no_grad():
                 for name, p in theta.named_parameters():
-                    local[name].sub_(job.lr * config.lam * (local[name] - p))
+                    local[name].sub_(job.sgd.lr * config.lam * (local[name] - p))
         personalized = tensors.clone(theta.state_dict())
         job.client_state.update({THETA + n: v for n, v in personalized.items()})
         first = losses[0] if losses else math.nan
