@@ -87,10 +87,10 @@ Running
 Tensors, models and metrics
     Tensors, tensors
         A model state (name -> tensor) and its helpers (clone, zeros_like, weighted_average).
-    LocalStats, Divergence, effective_steps, num_local_steps
+    LocalStats, Divergence, effective_steps, num_local_steps, steps_for_epochs
         A client's local training in numbers: steps, mean and first loss; a non-finite loss; the
         displacement of SGD with momentum in units of lr times a gradient; the local steps of
-        a round.
+        a round, and of a number of epochs.
     FedModel, build_model, ClientData, load_data
         fedhet's models, a client's samples, the datasets.
     seeded_mlp, WithPart, scale_gradient, gradient_only
@@ -182,6 +182,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "sgd": ("fedhet.engine.local", "sgd"),
     "seeded_mlp": ("fedhet.engine.modules", "seeded_mlp"),
     "stage_progress": ("fedhet.engine.progress", "stage_progress"),
+    "steps_for_epochs": ("fedhet.engine.system", "steps_for_epochs"),
     "summarize": ("fedhet.metrics.summary", "summarize"),
     "tensorboard": ("fedhet.engine.tensorboard", None),
     "tensors": ("fedhet.engine.tensors", None),

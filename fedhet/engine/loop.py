@@ -251,6 +251,10 @@ class Engine:
         if self.spec.federation.system is not None:
             for name, value in plan.metrics().items():
                 state.metrics.setdefault(name, []).append(value)
+        for name, value in algo.round_metrics(rnd, results, weights.tolist()).items():
+            values = state.metrics.setdefault(name, [])
+            values.extend([float("nan")] * (rnd - len(values)))  # resumed from before the metric
+            values.append(value)
 
     def train_client(self, job: ClientJob) -> ClientResult:
         """One client's local training from the global state: what the executor runs per job."""

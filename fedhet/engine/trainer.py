@@ -152,6 +152,14 @@ class Trainer:
     ) -> Tensors:
         return tensors.weighted_average([r.state for r in results], weights)
 
+    def round_metrics(
+        self, round: int, results: list[ClientResult], weights: list[float]
+    ) -> dict[str, float]:
+        """Metrics the method measures in a round beyond the engine's (FedDF's ensemble and
+        average on the validation split), from the round's results and aggregation weights
+        (none in a round nobody reports); stored per round with the run's. None by default."""
+        return {}
+
     def synchronized_first_step(
         self, round: int, model: nn.Module, jobs: list[ClientJob], weights: list[float]
     ) -> Traffic:
