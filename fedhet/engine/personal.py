@@ -58,6 +58,8 @@ class PartlyLocal(Trainer):
         }
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """`train_locally` from the client's own model, whose local entries it keeps: the engine
+        starts every job from the global state (why this trainer overrides `client_update`)."""
         job.model.load_state_dict(self.own_model(job.global_state, job.client_state))
         result = self.train_locally(job)
         job.client_state.update({k: result.state[k].clone() for k in self.local_names})

@@ -124,6 +124,9 @@ class Ditto(Trainer):
         return super().local_loss(job, model, x, y)
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """The engine's loop, then the client keeps its v_k, which `local_loss` trained beside
+        w on the job's context: a client step's `finish` sees only w's state (why this trainer
+        overrides `client_update`)."""
         result = super().client_update(job)
         job.client_state.update(job.context.state())
         return result

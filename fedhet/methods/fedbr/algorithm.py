@@ -258,6 +258,9 @@ class FedBR(Trainer):
         return Mixer(self.config.mixup, seed)
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """FedBR's own loop: each step is a min step of phi and h and a max (ascending) step of
+        the projection P on the same pseudo and real batches, two optimizers in opposite
+        directions, which neither a client step nor one loss per step states."""
         model = job.model
         local = LocalRound(model, self.config, job.sgd)
         mixing = torch_generator(self.setup.spec.seed, "fedbr-mix", job.round, job.client.id)

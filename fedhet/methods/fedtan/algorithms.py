@@ -182,6 +182,8 @@ class _LocalBatchNorm(Trainer):
         return {k: v for k, v in state.items() if k not in self.local_names}
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """The engine's loop from the client's own BN entries, which it keeps: the engine starts
+        every job from the global state (why this trainer overrides `client_update`)."""
         if job.client_state:  # empty before the client's first round: it starts from the global
             job.model.load_state_dict(job.client_state, strict=False)
         result = super().client_update(job)

@@ -110,6 +110,9 @@ class PerFedAvg(Trainer):
         return job.steps * BATCHES[self.config.variant]  # batches drawn: k per meta-step
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """Per-FedAvg's own loop: a local step is a meta-step over several batches (a look-ahead
+        step, then the outer gradient at the look-ahead point), which the engine's step of one
+        batch and one loss cannot state."""
         model, per_step = job.model, BATCHES[self.config.variant]
         model.train()
         optimizer = sgd(model, job.sgd)

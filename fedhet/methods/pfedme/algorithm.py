@@ -83,7 +83,8 @@ class PFedMe(Trainer):
 
     def client_update(self, job: ClientJob) -> ClientResult:
         """The client's local rounds: theta (job.model, which starts at the global model) solves
-        each step's inner problem, and the client's w moves towards it."""
+        each step's inner problem, and the client's w moves towards it: an inner optimization
+        per step, which the engine's one gradient step per batch cannot state."""
         config, theta = self.config, job.model
         theta.train()
         local = {n: p.detach().clone() for n, p in theta.named_parameters()}  # the client's w
