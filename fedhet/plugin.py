@@ -57,6 +57,10 @@ Training: the trainer and its one client step
         example).
     ClientJob, ClientResult, Traffic
         One client's work in a round, its result, and the traffic a round adds.
+    SGDSettings, sgd
+        A client's local optimizer (lr, momentum, weight decay): on its job (`ClientJob.sgd`,
+        from `Trainer.client_sgd`), the one place every executor and method reads it; torch's
+        SGD over a model with them.
     A trainer that trains its clients in a way no client step states overrides
     `client_update` (and `local_loss`, the data term) and declares `vectorizable = False`.
     PartlyShared, PartlyLocal, FineTuned, fine_tune
@@ -96,16 +100,17 @@ Running
 Tensors, models and metrics
     Tensors, tensors
         A model state (name -> tensor) and its helpers (clone, zeros_like, weighted_average).
-    LocalStats, Divergence, effective_steps, num_local_steps
+    LocalStats, Divergence, effective_steps, num_local_steps, steps_for_epochs
         A client's local training in numbers: steps, mean and first loss; a non-finite loss; the
         displacement of SGD with momentum in units of lr times a gradient; the local steps of
-        a round.
+        a round, and of a number of epochs.
     FedModel, build_model, ClientData, load_data
         fedhet's models, a client's samples, the datasets.
-    seeded_mlp, WithPart, scale_gradient
+    seeded_mlp, WithPart, scale_gradient, gradient_only
         A 3-layer MLP initialized from a derived seed (a projection head, a domain classifier),
-        a classifier carrying such a part under a name of its own, and a layer that scales the
-        gradient flowing back through it (negative: gradient reversal).
+        a classifier carrying such a part under a name of its own, a layer that scales the
+        gradient flowing back through it (negative: gradient reversal), and a loss term that
+        adds its gradient but not its value.
     evaluate
         (accuracy, mean cross-entropy) of a model on samples, as the engine scores its rounds.
     Scores, class_accuracies, LossFn, client_gradient_variance, summarize
@@ -178,6 +183,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "PartlyShared": ("fedhet.engine.personal", "PartlyShared"),
     "PersonalModels": ("fedhet.engine.personal", "PersonalModels"),
     "TrainedBeside": ("fedhet.engine.personal", "TrainedBeside"),
+    "SGDSettings": ("fedhet.engine.local", "SGDSettings"),
     "Scores": ("fedhet.metrics.accuracy", "Scores"),
     "Stacked": ("fedhet.engine.client_step", "Stacked"),
     "Tensors": ("fedhet.engine.tensors", "Tensors"),
@@ -198,10 +204,13 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "num_local_steps": ("fedhet.engine.system", "num_local_steps"),
     "round_note": ("fedhet.engine.progress", "round_note"),
     "run_metrics": ("fedhet.engine.run_format", "run_metrics"),
+    "gradient_only": ("fedhet.engine.modules", "gradient_only"),
     "scale_gradient": ("fedhet.engine.modules", "scale_gradient"),
+    "sgd": ("fedhet.engine.local", "sgd"),
     "seeded_mlp": ("fedhet.engine.modules", "seeded_mlp"),
     "stored": ("fedhet.engine.personal", "stored"),
     "stage_progress": ("fedhet.engine.progress", "stage_progress"),
+    "steps_for_epochs": ("fedhet.engine.system", "steps_for_epochs"),
     "summarize": ("fedhet.metrics.summary", "summarize"),
     "tensorboard": ("fedhet.engine.tensorboard", None),
     "tensors": ("fedhet.engine.tensors", None),

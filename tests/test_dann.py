@@ -70,7 +70,8 @@ def one_step_job(engine: Engine, client: int, client_state: dict) -> ClientJob:
     model.load_state_dict(state.global_state)
     gen = torch_generator(engine.spec.seed, "local", 0, client)
     data = engine.setup.clients[client]
-    return ClientJob(0, data, model, state.global_state, {}, client_state, 0.05, gen, 1)
+    sgd = engine.algorithm.client_sgd(0, data, 0.05)
+    return ClientJob(0, data, model, state.global_state, {}, client_state, sgd, gen, 1)
 
 
 # --- the gradient reversal layer -----------------------------------------------------------

@@ -33,7 +33,7 @@ from torch import nn
 from fedhet.core.rng import torch_generator
 from fedhet.data.clients import ClientData
 from fedhet.engine import tensors
-from fedhet.engine.local import Divergence, batch_schedule, local_sgd, sgd
+from fedhet.engine.local import Divergence, SGDSettings, batch_schedule, local_sgd, sgd
 from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
 
@@ -87,6 +87,8 @@ class PartlyLocal(PartlyShared):
         }
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """`train_locally` from the client's own model, whose local entries it keeps: the engine
+        starts every job from the global state (why this trainer overrides `client_update`)."""
         job.model.load_state_dict(self.own_model(job.global_state, job.client_state))
         result = self.train_locally(job)
         job.client_state.update({k: result.state[k].clone() for k in self.local_names})
@@ -175,12 +177,12 @@ class TrainedBeside(PersonalModels):
         return tensors.clone(self.build_model().to(self.setup.device).state_dict())
 
     def own_copy(
-        self, job: ClientJob, state: Tensors, lr: float
+        self, job: ClientJob, state: Tensors, settings: SGDSettings
     ) -> tuple[nn.Module, torch.optim.SGD]:
-        """A model holding `state` and the clients' local SGD of it at `lr`."""
+        """A model holding `state` and the clients' local SGD of it with `settings`."""
         model = copy.deepcopy(job.model)
         model.load_state_dict(state)
-        return model, sgd(model, lr, self.momentum, self.fed)
+        return model, sgd(model, settings)
 
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
@@ -215,7 +217,7 @@ def fine_tune(
     spec = trainer.setup.spec
     generator = torch_generator(spec.seed, "finetune", client.id)
     batches = batch_schedule(client.n, trainer.fed.batch_size, steps, generator)
-    optimizer = sgd(model, lr, trainer.momentum, trainer.fed)
+    optimizer = sgd(model, trainer.client_sgd(0, client, lr))
     classes = trainer.setup.dataset.num_classes
 
     def loss(m, x, y):

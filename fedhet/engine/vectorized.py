@@ -34,7 +34,7 @@ from torch.optim.sgd import sgd
 from fedhet.data.clients import take_rows
 from fedhet.engine.client_step import ClientStep
 from fedhet.engine.cohort_gradients import CohortBatch, Gradients, cohort_gradients
-from fedhet.engine.local import Divergence, LocalStats, batch_schedule
+from fedhet.engine.local import Divergence, LocalStats, SGDSettings, batch_schedule
 from fedhet.engine.tensors import Tensors
 
 DEFAULT_BUDGET = 1 << 30  # bytes of working memory for one chunk of clients
@@ -61,15 +61,6 @@ def client_inputs(
 ) -> CohortClient:
     """A client's inputs with the batches `local_sgd` would draw from `generator`."""
     return CohortClient(x, y, list(batch_schedule(len(y), batch_size, steps, generator)))
-
-
-@dataclass(frozen=True)
-class SGDSettings:
-    """torch.optim.SGD's settings (no dampening, no Nesterov), as `local.sgd` configures it."""
-
-    lr: float
-    momentum: float = 0.0
-    weight_decay: float = 0.0
 
 
 @dataclass
@@ -231,7 +222,7 @@ class _Chunk:
             )
             grads, loss = self.gradients(params, batch)
             losses[s, :active] = loss
-            grads = self.step.correct(grads, extras)
+            grads = self.step.correct(grads, extras, params)
             sgd(
                 list(params.values()),
                 [grads[n] for n in names],

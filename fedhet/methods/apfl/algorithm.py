@@ -98,8 +98,8 @@ class APFL(TrainedBeside):
 
     def client_context(self, job: ClientJob) -> Mixture:
         state, alpha = self.local_model(job.client_state)
-        local, optimizer = self.own_copy(job, state, job.lr)
-        return Mixture(local, optimizer, alpha, self.config.adaptive, job.lr)
+        local, optimizer = self.own_copy(job, state, job.sgd)
+        return Mixture(local, optimizer, alpha, self.config.adaptive, job.sgd.lr)
 
     def personalized(self, global_state: Tensors, client_state: Tensors) -> Tensors:
         local, alpha = self.local_model(client_state)

@@ -40,6 +40,8 @@ and extended with the run; one that never trained is scored with the initial mod
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -69,9 +71,11 @@ class Ditto(TrainedBeside):
     the official code)."""
 
     def client_context(self, job: ClientJob) -> PersonalModel:
-        lr = job.lr if self.config.personal_lr is None else self.personal_rate(job.lr)
+        settings = job.sgd
+        if self.config.personal_lr is not None:
+            settings = replace(settings, lr=self.personal_rate(settings.lr))
         model, optimizer = self.own_copy(
-            job, self.personalized(job.global_state, job.client_state), lr
+            job, self.personalized(job.global_state, job.client_state), settings
         )
         anchor = {n: v for n, v in job.global_state.items() if n in self.param_names}
         return PersonalModel(model, optimizer, anchor, self.config.lam)

@@ -39,10 +39,10 @@ from fedhet.plugin import (
     ClientJob,
     ClientResult,
     Divergence,
-    FederationSpec,
     LocalStats,
     Mixer,
     Mixup,
+    SGDSettings,
     Tensors,
     Trainer,
     TrainSetup,
@@ -110,12 +110,16 @@ class LocalRound:
     """One client's FedBR round: phi_g frozen at the round's start, one optimizer for the
     features and classifier (min step), one ascending optimizer for P (max step)."""
 
-    def __init__(self, model: WithPart, config: FedBRConfig, fed: FederationSpec, lr: float):
+    def __init__(self, model: WithPart, config: FedBRConfig, settings: SGDSettings):
         self.model, self.config = model, config
         self.global_features = frozen_copy(model.net.features)
         self.net_params = list(model.net.parameters())
         self.projection_params = list(model.projection.parameters())
-        sgd = {"lr": lr, "momentum": config.client_momentum(fed), "weight_decay": fed.weight_decay}
+        sgd = {
+            "lr": settings.lr,
+            "momentum": settings.momentum,
+            "weight_decay": settings.weight_decay,
+        }
         self.main = torch.optim.SGD(self.net_params, **sgd)
         self.adversary = torch.optim.SGD(self.projection_params, maximize=True, **sgd)
         self._global_cache: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -255,8 +259,11 @@ class FedBR(Trainer):
         return Mixer(self.config.mixup, seed)
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """FedBR's own loop: each step is a min step of phi and h and a max (ascending) step of
+        the projection P on the same pseudo and real batches, two optimizers in opposite
+        directions, which neither a client step nor one loss per step states."""
         model = job.model
-        local = LocalRound(model, self.config, self.fed, job.lr)
+        local = LocalRound(model, self.config, job.sgd)
         mixing = torch_generator(self.setup.spec.seed, "fedbr-mix", job.round, job.client.id)
         mixer = self.mixer(job)
         model.train()

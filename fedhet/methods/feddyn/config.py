@@ -12,6 +12,8 @@ from fedhet.plugin import OMIT_IF_DEFAULT, MethodConfig
 class FedDynConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.feddyn.algorithm:FedDyn"
     accepts_objectives: ClassVar[bool] = True
+    # 1: the gradient of CE and the linear term clipped at `clip_norm`, alpha_k theta after the clip
+    revision: ClassVar[int] = 1
     name: Literal["feddyn"] = "feddyn"
     alpha: float = Field(
         0.01,
@@ -24,6 +26,15 @@ class FedDynConfig(MethodConfig):
         "size",
         description="size: client k trains with alpha * (mean size) / n_k, as the official code; "
         "uniform: every client with alpha, as the paper's Algorithm 1 (equal sizes: the same)",
+    )
+
+    clip_norm: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+        10.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="each local step's gradient of the data loss and the regularizer's linear "
+        "term clipped to this norm before alpha * theta is added, as the official code (10); "
+        "null: no clipping",
     )
 
     def base_label(self) -> str:

@@ -31,7 +31,17 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedhet.methods.fedtan.sync_bn import Mode, SyncResult, bn_layers, synchronized_gradients
-from fedhet.plugin import ClientJob, ClientResult, PartlyShared, Tensors, Traffic, Trainer, tensors
+from fedhet.plugin import (
+    ClientData,
+    ClientJob,
+    ClientResult,
+    PartlyShared,
+    SGDSettings,
+    Tensors,
+    Traffic,
+    Trainer,
+    tensors,
+)
 
 
 def bn_state_names(model: nn.Module, parameters: bool, statistics: bool) -> frozenset[str]:
@@ -138,10 +148,9 @@ class FedTANII(FedTAN):
             return Traffic()
         return super().synchronized_first_step(round, model, jobs, weights)
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        if self.frozen(job.round):
-            job = dataclasses.replace(job, lr=job.lr * self.config.frozen_lr_scale)
-        return super().client_update(job)
+    def client_sgd(self, round: int, client: ClientData, lr: float) -> SGDSettings:
+        scale = self.config.frozen_lr_scale if self.frozen(round) else 1.0
+        return super().client_sgd(round, client, lr * scale)
 
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
@@ -175,6 +184,8 @@ class _LocalBatchNorm(PartlyShared):
         return self.local_names
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """The engine's loop from the client's own BN entries, which it keeps: the engine starts
+        every job from the global state (why this trainer overrides `client_update`)."""
         if job.client_state:  # empty before the client's first round: it starts from the global
             job.model.load_state_dict(job.client_state, strict=False)
         result = super().client_update(job)

@@ -85,7 +85,8 @@ class PFedMe(PersonalModels):
 
     def client_update(self, job: ClientJob) -> ClientResult:
         """The client's local rounds: theta (job.model, which starts at the global model) solves
-        each step's inner problem, and the client's w moves towards it."""
+        each step's inner problem, and the client's w moves towards it: an inner optimization
+        per step, which the engine's one gradient step per batch cannot state."""
         config, theta = self.config, job.model
         theta.train()
         local = {n: p.detach().clone() for n, p in theta.named_parameters()}  # the client's w
@@ -100,14 +101,14 @@ class PFedMe(PersonalModels):
                 config.inner_steps,
                 config.personal_lr,
                 config.lam,
-                self.fed.weight_decay,
+                job.sgd.weight_decay,
             )
             if not math.isfinite(loss):
                 raise Divergence(step, loss)
             losses.append(loss)
             with torch.no_grad():
                 for name, p in theta.named_parameters():
-                    local[name].sub_(job.lr * config.lam * (local[name] - p))
+                    local[name].sub_(job.sgd.lr * config.lam * (local[name] - p))
         personalized = tensors.clone(theta.state_dict())
         job.client_state.update(to_store(personalized, THETA))
         first = losses[0] if losses else math.nan
