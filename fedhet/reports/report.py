@@ -25,6 +25,7 @@ from fedhet.core.errors import InputError
 from fedhet.core.files import write_atomically
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
+from fedhet.execution.labels import named_label
 from fedhet.execution.planning import Run
 from fedhet.execution.results import outcome, result_row
 from fedhet.figures import FORMATS, Curve, metric_curves
@@ -142,15 +143,25 @@ def cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return grouped
 
 
-def reference_algorithm(runs: list[Run], baseline: str | None) -> str:
-    """The algorithm label the others are compared with: `baseline`, else the matrix's first."""
+def reference_algorithm(runs: list[Run], baseline: str | None, console: Console) -> str:
+    """The algorithm label the others are compared with: `baseline` (a label, or one in the
+    style of labels before, with a note on `console`), else the matrix's first."""
     labels = list(dict.fromkeys(run.algorithm_label for run in runs))
-    if baseline is not None and baseline not in labels:
+    if baseline is None:
+        return labels[0]
+    named = named_label(baseline, labels)
+    if named is None:
         raise InputError(
             f"--baseline {baseline!r} is no algorithm of this report; choose one of: "
             + ", ".join(repr(label) for label in labels)
         )
-    return labels[0] if baseline is None else baseline
+    if named != baseline:
+        console.print(
+            f"note: --baseline {baseline!r} read as {named!r}, the label reports now use",
+            markup=False,
+            soft_wrap=True,
+        )
+    return named
 
 
 def with_rounds_to_reference(rows: list[dict], reference: str) -> list[dict]:
@@ -374,8 +385,8 @@ def write_report(
     against `baseline` (an algorithm label), else the matrix's first algorithm, and call a
     difference a gain from `floor` (a fraction of accuracy) up. `tuning`: the section that says
     how the runs' configurations were tuned (`fedhet report --tuned`)."""
-    reference = reference_algorithm(runs, baseline)
     console = console or Console(stderr=True)
+    reference = reference_algorithm(runs, baseline, console)
     rows = collect(runs, store, console, train)
     md, png = out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.png"
     panels = {label: seed_curves(rows, m) for m, label in CURVES.items()}

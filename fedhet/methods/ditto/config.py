@@ -14,6 +14,7 @@ class DittoConfig(MethodConfig):
     # each client's personal model is what is evaluated (and stored with the run)
     personalized: ClassVar[bool] = True
     keeps_momentum_buffers: ClassVar[bool] = False  # the clients' states are personal models
+    display_name: ClassVar[str | None] = "Ditto"
     name: Literal["ditto"] = "ditto"
     lam: float = Field(
         0.1,
@@ -26,6 +27,3 @@ class DittoConfig(MethodConfig):
         description="the personal model's step size, decayed as federation.lr; default: the "
         "round's lr (the official code's one learning rate)",
     )
-
-    def base_label(self) -> str:
-        return "Ditto"

@@ -13,6 +13,7 @@ class FedBABUConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedbabu.algorithm:FedBABU"
     # each client's model is the global one fine-tuned on its data, at every evaluation
     personalized: ClassVar[bool] = True
+    display_name: ClassVar[str | None] = "FedBABU"
     name: Literal["fedbabu"] = "fedbabu"
     finetune_steps: int = Field(
         10, ge=0, le=MAX_COUNT, description="local SGD steps of fine-tuning at evaluation"
@@ -24,5 +25,8 @@ class FedBABUConfig(MethodConfig):
         "full", description="what fine-tuning trains: the whole model (the paper's) or the head"
     )
 
-    def base_label(self) -> str:
-        return f"FedBABU (FT {self.finetune_steps} steps)"
+    def settings(self) -> list[str]:
+        return [
+            *([f"FT steps={self.finetune_steps}"] if self.finetune_steps != 10 else []),
+            *(["FT head"] if self.finetune == "head" else []),
+        ]

@@ -18,6 +18,7 @@ from fedhet.plugin import MAX_COUNT, InputError, MethodConfig, Spec
 
 class FedDFConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.feddf.algorithm:FedDF"
+    display_name: ClassVar[str | None] = "FedDF"
     name: Literal["feddf"] = "feddf"
     server_data: Literal["real", "noise"] = Field(
         "real",
@@ -64,5 +65,5 @@ class FedDFConfig(MethodConfig):
                 "split; set data.validation (e.g. 0.1) or patience: null"
             )
 
-    def base_label(self) -> str:
-        return f"{self.name}({self.server_data})"
+    def settings(self) -> list[str]:
+        return ["noise"] if self.server_data == "noise" else []

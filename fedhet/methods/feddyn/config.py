@@ -12,6 +12,7 @@ from fedhet.plugin import OMIT_IF_DEFAULT, MethodConfig
 class FedDynConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.feddyn.algorithm:FedDyn"
     accepts_objectives: ClassVar[bool] = True
+    display_name: ClassVar[str | None] = "FedDyn"
     name: Literal["feddyn"] = "feddyn"
     alpha: float = Field(
         0.01,
@@ -26,5 +27,5 @@ class FedDynConfig(MethodConfig):
         "uniform: every client with alpha, as the paper's Algorithm 1 (equal sizes: the same)",
     )
 
-    def base_label(self) -> str:
-        return self.name + ("(uniform alpha)" if self.alpha_per_client == "uniform" else "")
+    def settings(self) -> list[str]:
+        return ["uniform alpha"] if self.alpha_per_client == "uniform" else []

@@ -17,6 +17,7 @@ class FedImproConfig(MethodConfig):
     # 2: the authors' ramp in absolute rounds as default (ramp_rounds 500, not half the run)
     revision: ClassVar[int] = 2
     trainer: ClassVar[str | None] = "fedhet.methods.fedimpro.algorithm:FedImpro"
+    display_name: ClassVar[str | None] = "FedImpro"
     name: Literal["fedimpro"] = "fedimpro"
     split: str | None = Field(
         None,
@@ -122,22 +123,21 @@ class FedImproConfig(MethodConfig):
                 "algorithm.sample_from: weight 0 samples no features; remove it or set weight"
             )
 
-    def base_label(self) -> str:
-        label = self.name + (f"@{self.split}" if self.split else "")
+    def settings(self) -> list[str]:
         options = [
+            f"split={self.split}" if self.split else "",
             self.objective if self.objective != "official" else "",
-            f"w={self.weight}" if self.weight != 1 else "",
-            f"ramp={self.ramp}" if self.ramp is not None else "",
-            f"ramp={self.ramp_rounds}r" if self.ramp_rounds not in (None, 500) else "",
+            f"w={self.weight:g}" if self.weight != 1 else "",
+            f"ramp={self.ramp:g}" if self.ramp is not None else "",
+            f"ramp={self.ramp_rounds} rounds" if self.ramp_rounds not in (None, 500) else "",
             "capped" if self.ramp_cap else "",
             f"rate=n/{self.rate_samples}" if self.rate_samples else "",
-            f"momentum={self.momentum}" if self.momentum != 0.9 else "",
+            f"stats momentum={self.momentum:g}" if self.momentum != 0.9 else "",
             "sample=client" if self.sample_from == "client" else "",
-            f"clip={self.std_clip}" if self.std_clip != 0.1 else "",
-            f"noise={self.noise_std}" if self.noise_std > 0 else "",
+            f"clip={self.std_clip:g}" if self.std_clip != 0.1 else "",
+            f"noise={self.noise_std:g}" if self.noise_std > 0 else "",
         ]
-        options = [o for o in options if o]
-        return label + (f"({', '.join(options)})" if options else "")
+        return [o for o in options if o]
 
 
 def resolve_split(points: list[str] | tuple[str, ...], split: str | None) -> str:

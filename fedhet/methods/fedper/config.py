@@ -13,6 +13,7 @@ class FedPerConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedper.algorithm:FedPer"
     personalized: ClassVar[bool] = True  # each client's own personal layers are evaluated
     keeps_momentum_buffers: ClassVar[bool] = False  # clients' states are model layers
+    display_name: ClassVar[str | None] = "FedPer"
     name: Literal["fedper"] = "fedper"
     personal_layers: int = Field(
         1,
@@ -27,5 +28,5 @@ class FedPerConfig(MethodConfig):
         if problem:
             raise InputError(f"algorithm.personal_layers: {self.personal_layers} {problem}")
 
-    def base_label(self) -> str:
-        return f"FedPer ({self.personal_layers} personal)"
+    def settings(self) -> list[str]:
+        return [f"personal layers={self.personal_layers}"] if self.personal_layers != 1 else []

@@ -13,6 +13,7 @@ class FedRepConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedrep.algorithm:FedRep"
     personalized: ClassVar[bool] = True  # each client's own head is evaluated
     keeps_momentum_buffers: ClassVar[bool] = False  # clients' states are model layers
+    display_name: ClassVar[str | None] = "FedRep"
     name: Literal["fedrep"] = "fedrep"
     personal_layers: int = Field(
         1,
@@ -33,6 +34,3 @@ class FedRepConfig(MethodConfig):
         problem = layer_split_problem(spec.model, self.personal_layers)
         if problem:
             raise InputError(f"algorithm.personal_layers: {self.personal_layers} {problem}")
-
-    def base_label(self) -> str:
-        return "FedRep"

@@ -11,7 +11,5 @@ class FedRoDConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedrod.algorithm:FedRoD"
     personalized: ClassVar[bool] = True  # each client's own personalized head is evaluated
     keeps_momentum_buffers: ClassVar[bool] = False  # clients' states are model layers
+    display_name: ClassVar[str | None] = "FedRoD"
     name: Literal["fedrod"] = "fedrod"
-
-    def base_label(self) -> str:
-        return "FedRoD"

@@ -13,6 +13,7 @@ class LGFedAvgConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.lgfedavg.algorithm:LGFedAvg"
     personalized: ClassVar[bool] = True  # each client's own representation layers are evaluated
     keeps_momentum_buffers: ClassVar[bool] = False  # clients' states are model layers
+    display_name: ClassVar[str | None] = "LG-FedAvg"
     name: Literal["lgfedavg"] = "lgfedavg"
     global_layers: int = Field(
         1,
@@ -28,5 +29,5 @@ class LGFedAvgConfig(MethodConfig):
         if problem:
             raise InputError(f"algorithm.global_layers: {self.global_layers} {problem}")
 
-    def base_label(self) -> str:
-        return f"LG-FedAvg ({self.global_layers} global)"
+    def settings(self) -> list[str]:
+        return [f"global layers={self.global_layers}"] if self.global_layers != 1 else []

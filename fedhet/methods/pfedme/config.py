@@ -14,6 +14,7 @@ class PFedMeConfig(MethodConfig):
     # each client's personalized model theta is what is evaluated (and stored with the run)
     personalized: ClassVar[bool] = True
     keeps_momentum_buffers: ClassVar[bool] = False  # the clients' states are models
+    display_name: ClassVar[str | None] = "pFedMe"
     name: Literal["pfedme"] = "pfedme"
     lam: float = Field(
         15.0, ge=0, description="lambda: the Moreau envelope's pull of theta towards w"
@@ -37,6 +38,3 @@ class PFedMeConfig(MethodConfig):
                 "federation.momentum: pfedme's steps are the paper's plain gradient steps; "
                 "set algorithm.local_momentum: 0"
             )
-
-    def base_label(self) -> str:
-        return "pFedMe"
