@@ -119,6 +119,7 @@ def test_labels_written_before_name_the_label_that_replaced_them():
     old_fedbr = "FedBR (tau 0.5/0.5) (index pairs)(momentum 0.9)"
     assert named_label(old_fedbr, labels) == labels[2]
     assert named_label("tct", labels) == "TCT"
+    assert named_label("tct", [*labels, "TCT"]) == "TCT"  # a label of several runs: one
     assert named_label("fedavg", labels) is None  # not the momentum row: no silent guess
     assert named_label("x", ["A (b=1)", "a, b=1"]) is None
     assert named_label("a(b 1)", ["A (b=1)", "a, b=1"]) is None  # two labels match: none

@@ -121,7 +121,7 @@ def named_label(given: str, labels: Sequence[str]) -> str | None:
     `FedProx (mu=0.01)`); None when none, or several, do."""
     if given in labels:
         return given
-    loose = [label for label in labels if _loose(label) == _loose(given)]
+    loose = list(dict.fromkeys(label for label in labels if _loose(label) == _loose(given)))
     return loose[0] if len(loose) == 1 else None
 
 
