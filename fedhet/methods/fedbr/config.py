@@ -131,11 +131,6 @@ class FedBRConfig(MethodConfig):
             return train_node(spec)
         return train_node(spec, pseudo=pseudo_node(self.pseudo, spec))
 
-    def label_parts(self) -> tuple[str, list[str]]:
-        """FedBR+Mixup's name with the mixup option on."""
-        name, settings = super().label_parts()
-        return (name + "+Mixup" if self.mixup is not None else name), settings
-
     def settings(self) -> list[str]:
         options = [
             _VARIANTS[self.debias_classifier, self.debias_features],
@@ -146,6 +141,6 @@ class FedBRConfig(MethodConfig):
             if self.debias_features and (self.tau1, self.tau2) != (2.0, 2.0)
             else "",
             "index pairs" if self.debias_features and self.pairing == "index" else "",
-            f"mixup alpha={self.mixup:g}" if self.mixup not in (None, 0.2) else "",
+            "mixup" if self.mixup == 0.2 else f"mixup={self.mixup:g}" if self.mixup else "",
         ]
         return [o for o in options if o]

@@ -127,15 +127,15 @@ class FedImproConfig(MethodConfig):
         options = [
             f"split={self.split}" if self.split else "",
             self.objective if self.objective != "official" else "",
-            f"w={self.weight:g}" if self.weight != 1 else "",
-            f"ramp={self.ramp:g}" if self.ramp is not None else "",
-            f"ramp={self.ramp_rounds} rounds" if self.ramp_rounds not in (None, 500) else "",
+            f"w={self.weight}" if self.weight != 1 else "",
+            f"ramp={self.ramp}" if self.ramp is not None else "",
+            f"ramp={self.ramp_rounds}r" if self.ramp_rounds not in (None, 500) else "",
             "capped" if self.ramp_cap else "",
             f"rate=n/{self.rate_samples}" if self.rate_samples else "",
-            f"stats momentum={self.momentum:g}" if self.momentum != 0.9 else "",
+            f"momentum={self.momentum}" if self.momentum != 0.9 else "",
             "sample=client" if self.sample_from == "client" else "",
-            f"clip={self.std_clip:g}" if self.std_clip != 0.1 else "",
-            f"noise={self.noise_std:g}" if self.noise_std > 0 else "",
+            f"clip={self.std_clip}" if self.std_clip != 0.1 else "",
+            f"noise={self.noise_std}" if self.noise_std > 0 else "",
         ]
         return [o for o in options if o]
 
