@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import REPO
 
 from fedhet.core.sections import AlgorithmSpec
+from fedhet.core.spec import load_spec
 from fedhet.core.spec.algorithm import algorithm_configs
 from fedhet.execution.labels import named_label
+from fedhet.execution.planning import runs_of
 
 # A setting: `symbol=value` or a short phrase; neither holds a comma or a parenthesis
 SETTING = re.compile(r"[^\s,()=][^,()=]*(=[^\s,()=][^,()=]*)?")
@@ -103,6 +106,17 @@ def test_labels_of_every_built_in_method_follow_the_one_style():
     assert len(labels) == len(configs())  # every variant tells itself apart
     assert "FedBR (tau=0.5/0.5, index pairs, mixup=0.3, momentum=0.9)" in labels
     assert "FedAvg+VHL (noise generator, no aug, momentum=0.5)" in labels
+
+
+SPECS = sorted(p for p in (REPO / "specs").rglob("*.yaml") if "leaf" not in p.parts)
+
+
+@pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
+def test_every_row_of_every_spec_follows_the_one_style(path):
+    """Matrix axes go into the method's one parenthesis (`FedProx (mu=0.01)`)."""
+    for run in runs_of(load_spec(path)):
+        name, _ = run.spec.algorithm.label_parts()
+        assert_one_style(run.algorithm_label, name)
 
 
 def test_labels_written_before_name_the_label_that_replaced_them():
