@@ -132,7 +132,8 @@ class AlgorithmSpec(Section):
         return labelled(name, settings)
 
     def label_parts(self) -> tuple[str, list[str]]:
-        """The label's name and its settings, for labels that add settings of their own."""
+        """The label's name and settings apart: a report's row adds the matrix axes that tell
+        its group apart to the settings (fedhet.execution.labels)."""
         wrappers = [w for w in (getattr(self, f) for f in self.objective_fields) if w is not None]
         name = "+".join([self.display_name or self.name, *(w.display_name() for w in wrappers)])
         wrapped = [setting for w in wrappers for setting in w.settings()]
