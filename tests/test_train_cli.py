@@ -255,7 +255,7 @@ def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatc
     fedavg_best = {}
     cost_rows = {(row[0], row[1]): row[3:] for row in cost[2:]}
     assert [row[2] for row in cost[2:]] == ["1"] * 4  # seeds per group
-    assert list(best_cells) == ["fedavg", "fedprox"] and len(cost_rows) == 4
+    assert list(best_cells) == ["FedAvg", "FedProx"] and len(cost_rows) == 4
     store = ArtifactStore(tmp_path / "store")
     for run in runs_of(load_spec(spec)):
         column = ["iid", "#C=4"].index(run.setting_label)

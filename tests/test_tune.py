@@ -84,7 +84,7 @@ def test_the_docs_example_runs_as_written(fedhet: CliRunner, tmp_path: Path):
         )
         assert result.rc == 0, f"{line}\n{result.stderr}"
     assert "valid (9 runs)" in results["spec"].stdout
-    assert "13 stages: 13 missing" in results["plan"].stdout  # 12 trial runs, a partition
+    assert "14 stages: 14 missing" in results["plan"].stdout  # 12 trials, a partition, the outcome
     assert results["tune"].stdout.count("alpha=0.1") == 3  # a choice per method
     again = results["tune --trials"]
     assert "computing" not in again.stderr and "reusing the stored artifact" in again.stderr
