@@ -127,7 +127,7 @@ class Experiment:
         (percentage points) for accuracies, "rounds" for rounds to a target. `floor` is the
         smallest difference in accuracy, in points as `fedhet report --floor`, a verdict calls
         a gain."""
-        reference = report.reference_algorithm(self._runs, baseline)
+        reference = report.reference_algorithm(self._runs, baseline, Console(stderr=True))
         self._require_stored(train, "compare")
         rows = report.collect(self._runs, self.store, Console(stderr=True, quiet=True), train)
         cells = report.cells(rows)

@@ -175,7 +175,7 @@ def curves_figure(
     rounds after which a new stage starts (TCT's stage 2), drawn as dotted vertical lines. The
     rows named in `percent` hold fractions, drawn on a % axis; every other row's axis spans its
     values that are not off scale (`robust_limits`), a mean above it drawn at its top, marked.
-    Rounds are integers on the x axis. The legend names every algorithm and every other kind
+    Rounds are integers on the x axis, from 1. The legend names every algorithm and every other kind
     of mark drawn; `captions` are lines under the panels (what a metric is).
     """
     settings = list(next(iter(panels.values())))
@@ -202,6 +202,7 @@ def curves_figure(
             marks.setdefault("clipped", _clipped_entry())
     for ax in axes[-1]:
         ax.set_xlabel("round")
+    axes[0, 0].set_xlim(left=0.5)  # rounds count from 1 (the axes share it): no round 0 tick
     handles, labels = _legend_entries(axes)
     fig.legend(
         handles + list(marks.values()),

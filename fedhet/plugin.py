@@ -13,10 +13,15 @@ Describing a method (light: validating and planning a spec import no torch)
         `name`, its fields, `plan` (the run's stages; by default the train stage alone),
         `learning_rates`, `check`, and the class variables `trainer` ("package.module:Class",
         imported on first use), `revision` (raise it when a change alters results),
-        `personalized` and `undefined_metrics`.
+        `personalized`, `undefined_metrics` and `display_name` (the paper's spelling of the
+        method, default its `name`). Its label in report rows, legends and tables is the
+        display name, then what `settings()` names (the non-default settings, `symbol=value`
+        or a short phrase) in one parenthesis, comma-separated: `FedBR (index pairs,
+        momentum=0.9)`. Labels enter no key.
     ObjectiveConfig, ObjectiveEntry
         An objective wrapper (VHL): the config it adds to every algorithm that accepts
-        objectives, and its registration.
+        objectives (`display_name()`, joined to the algorithm's by '+', and `settings()`), and
+        its registration.
     OwnModelsConfig, LayerSplitConfig, layers_from_output, FineTunedConfig
         Bases of personalized methods' configs (fedhet.engine.config_parts): clients that
         keep models of their own, a model split at a count of layers from the output (and that

@@ -258,4 +258,4 @@ def test_cli_validates_and_trains_a_short_digits_run(fedhet, tmp_path):
     trained = fedhet("train", spec, "--store", tmp_path / "store", "--format", "json", cwd=tmp_path)
     assert trained.rc == 0, trained.stderr
     (row,) = json.loads(trained.stdout)
-    assert row["algorithm"] == "DANN (lambda 0.1)" and 0 < row["final_pct"] <= 100
+    assert row["algorithm"] == "DANN (lambda=0.1)" and 0 < row["final_pct"] <= 100

@@ -240,8 +240,8 @@ def test_index_pairing_with_tau_half_is_the_official_loss():
 def test_index_pairing_is_omitted_from_keys_by_default_and_labelled():
     default, paired = FedBRConfig(), FedBRConfig(pairing="index")
     assert "pairing" not in default.model_dump(mode="json")
-    assert paired.base_label() == "FedBR (index pairs)"
-    assert default.base_label() == "FedBR"
+    assert paired.label() == "FedBR (index pairs)"
+    assert default.label() == "FedBR"
 
 
 def _features(local, x, x_pseudo):

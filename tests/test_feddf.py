@@ -302,8 +302,8 @@ def test_valid_variants_and_labels():
     noise = parse_spec(
         raw({"name": "feddf", "server_data": "noise", "patience": None}, server=None)
     )
-    assert noise.algorithm.label() == "feddf(noise)"
-    assert parse_spec(raw({"name": "feddf"})).algorithm.label() == "feddf(real)"
+    assert noise.algorithm.label() == "FedDF (noise)"
+    assert parse_spec(raw({"name": "feddf"})).algorithm.label() == "FedDF"
     with pytest.raises(InputError, match="data.server: 1438 server samples leave none"):
         spec_partition(parse_spec(raw({"name": "fedavg"}, server=1438, validation=None)))
 
@@ -340,7 +340,7 @@ def test_both_variants_train_on_digits_through_the_cli(tmp_path):
     done = cli("train", path, "--store", tmp_path / "store", "--format", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
-    assert [r["algorithm"] for r in rows] == ["feddf(real)", "feddf(noise)"]
+    assert [r["algorithm"] for r in rows] == ["FedDF", "FedDF (noise)"]
     finals = [r["final_pct"] for r in rows]
     assert all(10 < a <= 100 for a in finals), rows  # above chance on 10 classes
     assert finals[0] != finals[1]  # the server data made a difference

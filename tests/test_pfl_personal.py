@@ -370,7 +370,7 @@ def test_each_method_trains_on_digits_and_scores_each_client_on_its_own_test_dat
     scored = fedhet("eval", spec, "--json", "--store", store)
     assert scored.rc == 0, scored.stderr
     reports = json.loads(scored.stdout)
-    labels = ["Ditto", "pFedMe", "APFL", "Per-FedAvg (FO)", "Per-FedAvg (HF)"]
+    labels = ["Ditto", "pFedMe", "APFL", "Per-FedAvg", "Per-FedAvg (HF)"]
     assert [r["algorithm"] for r in reports] == labels
     for run, report in zip(runs_of(load_spec(spec)), reports, strict=True):
         tested = ArtifactStore(store).open("train", run.node.key)["metrics"]["test_accuracy"]

@@ -144,15 +144,15 @@ def test_virtual_artifact_holds_the_generated_images(store):
 
 
 def test_labels_and_off_option_leaving_the_config_as_before():
-    assert spec_with(vhl()).algorithm.label() == "fedavg+VHL(noise)"
+    assert spec_with(vhl()).algorithm.label() == "FedAvg+VHL (noise generator)"
     assert spec_with({"name": "fedprox", "vhl": {"variant": "naive"}}).algorithm.label() == (
-        "fedprox+naive VHL"
+        "FedProx+naive VHL"
     )
     assert spec_with({"name": "scaffold", "vhl": {"variant": "vfa"}}).algorithm.label() == (
-        "scaffold+VFA"
+        "SCAFFOLD+VFA"
     )
     plain = spec_with({"name": "fednova"}).algorithm
-    assert plain.label() == "fednova" and plain.model_dump() == {"name": "fednova"}
+    assert plain.label() == "FedNova" and plain.model_dump() == {"name": "fednova"}
 
 
 @pytest.mark.parametrize(

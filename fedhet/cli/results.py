@@ -44,14 +44,14 @@ commands = typer.Typer()
     "runs",
     epilog=example(
         "fedhet runs specs/quickstart.yaml",
-        "fedhet runs specs/quickstart.yaml --algorithm scaffold --format csv",
+        "fedhet runs specs/quickstart.yaml --algorithm SCAFFOLD --format csv",
     ),
 )
 @spec_arguments
 def runs(
     given: SpecArgs,
     algorithm: Annotated[
-        str | None, typer.Option(help="only runs of this algorithm (its label, e.g. fedavg)")
+        str | None, typer.Option(help="only runs of this algorithm (its label, e.g. FedAvg)")
     ] = None,
     state: Annotated[
         str | None,
@@ -63,11 +63,14 @@ def runs(
     """Every run of the spec with what the store holds of it: state (stored, diverged, partial,
     missing), best and final accuracy, rounds done and training time."""
     spec = given.load()
+    from fedhet.execution.labels import named_label
     from fedhet.execution.planning import runs_of
     from fedhet.reports.status import run_row
 
     st = ArtifactStore(store)
     rows = [run_row(run, st) for run in runs_of(spec)]
+    if algorithm is not None:  # a label, or one in the style of labels before
+        algorithm = named_label(algorithm, [r["algorithm"] for r in rows]) or algorithm
     rows = [
         r
         for r in rows

@@ -3,8 +3,9 @@ or the tune's trials) and saying how far the store has them."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -31,6 +32,9 @@ from fedhet.cli.options import (
 from fedhet.cli.output import Column, Format, present, show
 from fedhet.core.errors import FedhetError, InputError, RunError
 from fedhet.core.store import ArtifactStore
+
+if TYPE_CHECKING:
+    from fedhet.core.spec import Spec
 
 # two groups, so that the methods' commands (`fedhet virtual`) list after `partition`, the
 # other command of a stage (fedhet.cli.app)
@@ -191,12 +195,10 @@ def plan(
     from fedhet.execution.planning import runs_of
     from fedhet.reports.status import plan_rows
 
-    runs, unasked = runs_of(spec), 0
+    runs, unasked, st = runs_of(spec), 0, ArtifactStore(store)
+    rows, summary = plan_rows(runs, st)
     if tune:
-        from fedhet.tuning.runner import planned_trials
-
-        runs, unasked = planned_trials(spec, given.tune_section(spec), ArtifactStore(store))
-    rows, summary = plan_rows(runs, ArtifactStore(store))
+        rows, summary, unasked = _tune_plan(given, spec, st)
     if unasked:
         summary += f"; {unasked} more trials, sampled once these are stored"
     columns = PLAN_COLUMNS
@@ -205,6 +207,31 @@ def plan(
     show(out, rows, columns, fmt, title=spec.name)
     if fmt in (Format.table, Format.markdown):
         out.print(summary)
+
+
+def _tune_plan(given: SpecArgs, spec: Spec, store: ArtifactStore) -> tuple[list[dict], str, int]:
+    """The plan's rows of the tune's trials and of its outcome, whose damage (what `fedhet
+    artifacts verify` finds) is said in one line; the summary; the trials still to be asked."""
+    from fedhet.core.store import default_root
+    from fedhet.reports.status import DAMAGED, outcome_row, plan_rows, summary
+    from fedhet.tuning.runner import outcome_key, planned_trials
+
+    section = given.tune_section(spec)
+    runs, unasked = planned_trials(spec, section, store)
+    rows, _ = plan_rows(runs, store)
+    key = outcome_key(spec, section)
+    outcome = outcome_row(f"tune of {spec.name}", "tune", key, store)
+    if outcome["state"].startswith(DAMAGED):
+        given_store = [] if store.location == default_root() else ["--store", store.location]
+        tune = shlex.join(["fedhet", "tune", str(given.path), *given.overrides, *given_store])
+        err.print(
+            f"warning: tune/{key[:12]} is {outcome['state']} (`fedhet artifacts verify`); "
+            f"`fedhet artifacts rm {key[:12]}`, then `{tune}` recomputes it",
+            markup=False,
+            soft_wrap=True,
+        )
+    rows.append(outcome)
+    return rows, summary(rows), unasked
 
 
 @commands.command(

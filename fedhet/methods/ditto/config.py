@@ -12,6 +12,7 @@ from fedhet.plugin import OMIT_IF_DEFAULT, OwnModelsConfig
 class DittoConfig(OwnModelsConfig):
     # each client's personal model is what is evaluated (and stored with the run)
     trainer: ClassVar[str | None] = "fedhet.methods.ditto.algorithm:Ditto"
+    display_name: ClassVar[str | None] = "Ditto"
     name: Literal["ditto"] = "ditto"
     lam: float = Field(
         0.1,
@@ -24,6 +25,3 @@ class DittoConfig(OwnModelsConfig):
         description="the personal model's step size, decayed as federation.lr; default: the "
         "round's lr (the official code's one learning rate)",
     )
-
-    def base_label(self) -> str:
-        return "Ditto"

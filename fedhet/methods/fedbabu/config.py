@@ -11,10 +11,14 @@ from fedhet.plugin import FineTunedConfig
 
 class FedBABUConfig(FineTunedConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedbabu.algorithm:FedBABU"
+    display_name: ClassVar[str | None] = "FedBABU"
     name: Literal["fedbabu"] = "fedbabu"
     finetune: Literal["full", "head"] = Field(
         "full", description="what fine-tuning trains: the whole model (the paper's) or the head"
     )
 
-    def base_label(self) -> str:
-        return f"FedBABU (FT {self.finetune_steps} steps)"
+    def settings(self) -> list[str]:
+        return [
+            *([f"FT steps={self.finetune_steps}"] if self.finetune_steps != 10 else []),
+            *(["FT head"] if self.finetune == "head" else []),
+        ]

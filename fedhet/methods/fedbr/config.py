@@ -66,17 +66,19 @@ def pseudo_node(pseudo: PseudoSpec, spec: Spec) -> StageNode:
     return StageNode("pseudo", PSEUDO_VERSION, config, upstream)
 
 
+# The components on (debias_classifier, debias_features): the label's first setting
 _VARIANTS = {
-    (True, True): "FedBR",
-    (True, False): "FedBR component 1",
-    (False, True): "FedBR component 2",
-    (False, False): "FedBR without components",
+    (True, True): "",
+    (True, False): "component 1",
+    (False, True): "component 2",
+    (False, False): "without components",
 }
 
 
 class FedBRConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedbr.algorithm:FedBR"
     keeps_momentum_buffers: ClassVar[bool] = False  # two optimizers of its own each round
+    display_name: ClassVar[str | None] = "FedBR"
     name: Literal["fedbr"] = "fedbr"
     pseudo: PseudoSpec = PseudoSpec()
     debias_classifier: bool = Field(True, description="component 1: CE(pseudo, uniform)")
@@ -120,18 +122,16 @@ class FedBRConfig(MethodConfig):
             return train_node(spec)
         return train_node(spec, pseudo=pseudo_node(self.pseudo, spec))
 
-    def base_label(self) -> str:
-        label = _VARIANTS[self.debias_classifier, self.debias_features]
-        if self.debias_features and not self.max_step:
-            label += " w/o max step"
-        if self.uses_pseudo and self.pseudo.kind == "mixture":
-            label += " (mixture)"
-        if self.uses_pseudo and self.pseudo.refresh == "round":
-            label += " (pseudo-data each round)"
-        if self.debias_features and (self.tau1, self.tau2) != (2.0, 2.0):
-            label += f" (tau {self.tau1:g}/{self.tau2:g})"
-        if self.debias_features and self.pairing == "index":
-            label += " (index pairs)"
-        if self.mixup is not None:
-            label += " + Mixup" if self.mixup == 0.2 else f" + Mixup (alpha {self.mixup:g})"
-        return label
+    def settings(self) -> list[str]:
+        options = [
+            _VARIANTS[self.debias_classifier, self.debias_features],
+            "w/o max step" if self.debias_features and not self.max_step else "",
+            "mixture" if self.uses_pseudo and self.pseudo.kind == "mixture" else "",
+            "pseudo-data each round" if self.uses_pseudo and self.pseudo.refresh == "round" else "",
+            f"tau={self.tau1:g}/{self.tau2:g}"
+            if self.debias_features and (self.tau1, self.tau2) != (2.0, 2.0)
+            else "",
+            "index pairs" if self.debias_features and self.pairing == "index" else "",
+            "mixup" if self.mixup == 0.2 else f"mixup={self.mixup:g}" if self.mixup else "",
+        ]
+        return [o for o in options if o]

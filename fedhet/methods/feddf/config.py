@@ -18,6 +18,7 @@ from fedhet.plugin import MAX_COUNT, OMIT_IF_DEFAULT, InputError, MethodConfig, 
 
 class FedDFConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.feddf.algorithm:FedDF"
+    display_name: ClassVar[str | None] = "FedDF"
     name: Literal["feddf"] = "feddf"
     server_data: Literal["real", "noise"] = Field(
         "real",
@@ -78,6 +79,7 @@ class FedDFConfig(MethodConfig):
                 "split; set data.validation (e.g. 0.1) or patience: null"
             )
 
-    def base_label(self) -> str:
-        epochs = "" if self.local_epochs is None else f", {self.local_epochs:g} local epochs"
-        return f"{self.name}({self.server_data}{epochs})"
+    def settings(self) -> list[str]:
+        noise = ["noise"] if self.server_data == "noise" else []
+        epochs = [] if self.local_epochs is None else [f"local epochs={self.local_epochs:g}"]
+        return noise + epochs

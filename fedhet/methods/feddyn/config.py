@@ -14,6 +14,7 @@ class FedDynConfig(MethodConfig):
     accepts_objectives: ClassVar[bool] = True
     # 1: the gradient of CE and the linear term clipped at `clip_norm`, alpha_k theta after the clip
     revision: ClassVar[int] = 1
+    display_name: ClassVar[str | None] = "FedDyn"
     name: Literal["feddyn"] = "feddyn"
     alpha: float = Field(
         0.01,
@@ -37,5 +38,7 @@ class FedDynConfig(MethodConfig):
         "null: no clipping",
     )
 
-    def base_label(self) -> str:
-        return self.name + ("(uniform alpha)" if self.alpha_per_client == "uniform" else "")
+    def settings(self) -> list[str]:
+        uniform = ["uniform alpha"] if self.alpha_per_client == "uniform" else []
+        clip = "no clipping" if self.clip_norm is None else f"clip norm={self.clip_norm:g}"
+        return uniform + ([clip] if self.clip_norm != 10.0 else [])

@@ -17,6 +17,7 @@ class FedImproConfig(MethodConfig):
     # 2: the authors' ramp in absolute rounds as default (ramp_rounds 500, not half the run)
     revision: ClassVar[int] = 2
     trainer: ClassVar[str | None] = "fedhet.methods.fedimpro.algorithm:FedImpro"
+    display_name: ClassVar[str | None] = "FedImpro"
     name: Literal["fedimpro"] = "fedimpro"
     split: str | None = Field(
         None,
@@ -116,9 +117,9 @@ class FedImproConfig(MethodConfig):
                 "algorithm.sample_from: weight 0 samples no features; remove it or set weight"
             )
 
-    def base_label(self) -> str:
-        label = self.name + (f"@{self.split}" if self.split else "")
+    def settings(self) -> list[str]:
         options = [
+            f"split={self.split}" if self.split else "",
             self.objective if self.objective != "official" else "",
             f"w={self.weight}" if self.weight != 1 else "",
             f"ramp={self.ramp}" if self.ramp is not None else "",
@@ -130,8 +131,7 @@ class FedImproConfig(MethodConfig):
             f"clip={self.std_clip}" if self.std_clip != 0.1 else "",
             f"noise={self.noise_std}" if self.noise_std > 0 else "",
         ]
-        options = [o for o in options if o]
-        return label + (f"({', '.join(options)})" if options else "")
+        return [o for o in options if o]
 
 
 def resolve_split(points: list[str] | tuple[str, ...], split: str | None) -> str:

@@ -11,6 +11,7 @@ from fedhet.plugin import Count, MethodConfig
 
 class FedMixConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedmix.algorithm:FedMix"
+    display_name: ClassVar[str | None] = "FedMix"
     name: Literal["fedmix"] = "fedmix"
     lam: float = Field(
         0.1, gt=0, lt=1, description="lambda, the weight of the other clients' means (0.1)"
@@ -25,10 +26,9 @@ class FedMixConfig(MethodConfig):
     def input_steps(self) -> str | None:
         return "mixes two samples' inputs"
 
-    def base_label(self) -> str:
-        label = "FedMix"
-        if (self.lam, self.mean_size) != (0.1, 10):
-            label += f" (lambda {self.lam:g}, M={self.mean_size})"
-        if self.derivative == "sample":
-            label += " (per-sample dl/dx)"
-        return label
+    def settings(self) -> list[str]:
+        mean = [f"lambda={self.lam:g}", f"M={self.mean_size}"]
+        return [
+            *(mean if (self.lam, self.mean_size) != (0.1, 10) else []),
+            *(["per-sample dl/dx"] if self.derivative == "sample" else []),
+        ]

@@ -9,10 +9,11 @@ from fedhet.plugin import LayerSplitConfig, layers_from_output
 
 class FedPerConfig(LayerSplitConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedper.algorithm:FedPer"
+    display_name: ClassVar[str | None] = "FedPer"
     name: Literal["fedper"] = "fedper"
     personal_layers: int = layers_from_output(
         0, "layers kept on each client, counted from the output (1: the head)"
     )
 
-    def base_label(self) -> str:
-        return f"FedPer ({self.personal_layers} personal)"
+    def settings(self) -> list[str]:
+        return [f"personal layers={self.personal_layers}"] if self.personal_layers != 1 else []

@@ -11,6 +11,7 @@ from fedhet.plugin import LayerSplitConfig, layers_from_output
 
 class FedRepConfig(LayerSplitConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedrep.algorithm:FedRep"
+    display_name: ClassVar[str | None] = "FedRep"
     name: Literal["fedrep"] = "fedrep"
     personal_layers: int = layers_from_output(
         1, "the head: layers kept on each client, counted from the output"
@@ -22,6 +23,3 @@ class FedRepConfig(LayerSplitConfig):
         description="epochs of the client's data the head trains for (body frozen) before "
         "the body's local work (head frozen)",
     )
-
-    def base_label(self) -> str:
-        return "FedRep"

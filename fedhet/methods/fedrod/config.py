@@ -10,7 +10,5 @@ from fedhet.plugin import OwnModelsConfig
 class FedRoDConfig(OwnModelsConfig):
     # each client's own personalized head is evaluated
     trainer: ClassVar[str | None] = "fedhet.methods.fedrod.algorithm:FedRoD"
+    display_name: ClassVar[str | None] = "FedRoD"
     name: Literal["fedrod"] = "fedrod"
-
-    def base_label(self) -> str:
-        return "FedRoD"

@@ -9,7 +9,8 @@ from fedhet.plugin import FineTunedConfig
 
 class FineTuneConfig(FineTunedConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.finetune.algorithm:FineTune"
+    display_name: ClassVar[str | None] = "FedAvg-FT"
     name: Literal["finetune"] = "finetune"
 
-    def base_label(self) -> str:
-        return f"FedAvg-FT ({self.finetune_steps} steps)"
+    def settings(self) -> list[str]:
+        return [f"FT steps={self.finetune_steps}"] if self.finetune_steps != 10 else []

@@ -13,6 +13,7 @@ from fedhet.plugin import OMIT_IF_DEFAULT, InputError, MethodConfig, MixupAlpha,
 class GroupDROConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.groupdro.algorithm:GroupDRO"
     accepts_objectives: ClassVar[bool] = True  # it reweights clients, whatever their loss
+    display_name: ClassVar[str | None] = "GroupDRO"
     name: Literal["groupdro"] = "groupdro"
     eta: float = Field(
         0.01,
@@ -40,8 +41,8 @@ class GroupDROConfig(MethodConfig):
         trainer = super().trainer_class()
         return trainer if self.mixup_alpha is None else trainer.mixing
 
-    def base_label(self) -> str:
-        label = "GroupDRO" if self.eta == 0.01 else f"GroupDRO (eta {self.eta:g})"
-        if self.mixup_alpha is not None:
-            label += f" (mixup {self.mixup_alpha:g})"
-        return label
+    def settings(self) -> list[str]:
+        return [
+            *([f"eta={self.eta:g}"] if self.eta != 0.01 else []),
+            *([f"mixup={self.mixup_alpha:g}"] if self.mixup_alpha is not None else []),
+        ]

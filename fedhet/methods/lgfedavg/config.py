@@ -10,6 +10,7 @@ from fedhet.plugin import LayerSplitConfig, layers_from_output
 class LGFedAvgConfig(LayerSplitConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.lgfedavg.algorithm:LGFedAvg"
     split_field: ClassVar[str] = "global_layers"
+    display_name: ClassVar[str | None] = "LG-FedAvg"
     name: Literal["lgfedavg"] = "lgfedavg"
     global_layers: int = layers_from_output(
         1,
@@ -17,5 +18,5 @@ class LGFedAvgConfig(LayerSplitConfig):
         "the layers below them stay on each client",
     )
 
-    def base_label(self) -> str:
-        return f"LG-FedAvg ({self.global_layers} global)"
+    def settings(self) -> list[str]:
+        return [f"global layers={self.global_layers}"] if self.global_layers != 1 else []

@@ -12,6 +12,7 @@ from fedhet.plugin import Count, InputError, OwnModelsConfig
 class PFedMeConfig(OwnModelsConfig):
     # each client's personalized model theta is what is evaluated (and stored with the run)
     trainer: ClassVar[str | None] = "fedhet.methods.pfedme.algorithm:PFedMe"
+    display_name: ClassVar[str | None] = "pFedMe"
     name: Literal["pfedme"] = "pfedme"
     lam: float = Field(
         15.0, ge=0, description="lambda: the Moreau envelope's pull of theta towards w"
@@ -33,6 +34,3 @@ class PFedMeConfig(OwnModelsConfig):
                 "federation.momentum: pfedme's steps are the paper's plain gradient steps; "
                 "set algorithm.local_momentum: 0"
             )
-
-    def base_label(self) -> str:
-        return "pFedMe"

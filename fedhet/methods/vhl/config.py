@@ -155,13 +155,15 @@ class VHLSpec(ObjectiveConfig):
                 f"this VHL (variant {self.variant}, labels: {self.labels}) does not add; remove it"
             )
 
-    def label(self) -> str:
-        label = _VARIANT_LABELS[self.variant]
-        if self.uses_images and self.generator.kind != "stylegan2":
-            label += f"({self.generator.kind})"
-        if self.uses_images and not self.augment:
-            label += "(no aug)"
-        return label
+    def display_name(self) -> str:
+        return _VARIANT_LABELS[self.variant]
+
+    def settings(self) -> list[str]:
+        generator = self.uses_images and self.generator.kind != "stylegan2"
+        return [
+            *([f"{self.generator.kind} generator"] if generator else []),
+            *(["no aug"] if self.uses_images and not self.augment else []),
+        ]
 
 
 def virtual_classes(config: VHLSpec, natural_classes: int) -> int:
