@@ -200,9 +200,9 @@ def test_local_epochs_train_feddfs_clients_as_the_federations_epochs_would(tmp_p
     assert engine.train_client(job).stats.steps == 2 * math.ceil(n / batch)
     default = parse_spec(raw({"name": "feddf"})).algorithm
     assert default.local_epochs is None and "local_epochs" not in default.model_dump()
-    assert default.label() == "feddf(real)"
+    assert default.label() == "FedDF"
     assert parse_spec(raw({"name": "feddf", "local_epochs": 40})).algorithm.label() == (
-        "feddf(real, 40 local epochs)"
+        "FedDF (local epochs=40)"
     )
 
 
