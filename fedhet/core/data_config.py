@@ -54,12 +54,13 @@ class DataConfig(DataSpec):
     def describe(self) -> DataInfo:
         raise NotImplementedError
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, Any] | None:
         """What enters the partition's key (hence every key built on it) besides the dataset's
-        name: by default its own fields. A dataset read from a file gives the file's hash."""
+        name: by default its own fields. A dataset read from a file gives the file's hash; one
+        that its name alone says (fedhet.core.image_data), None: nothing."""
         return self.model_dump(mode="json", exclude=set(DataSpec.model_fields))
 
-    def keyed_identity(self, found: dict[str, Any] | None = None) -> dict[str, Any]:
+    def keyed_identity(self, found: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The identity the keys name: the first this config computed (when its runs were
         planned). `found` (default: `identity()` now), the identity of the data at hand, must
         equal it: InputError naming the file that changed otherwise."""
