@@ -1,10 +1,11 @@
-"""The `data:` block of a dataset plug-in, and the arrays its loader returns.
+"""The `data:` block of a dataset, and the arrays its loader returns.
 
-A dataset plug-in (fedhet's own `arrays` and `synthetic` included) names, under the
-`fedhet.datasets` entry-point group, a subclass of `DataConfig`: its spec block
-(`dataset: Literal["name"]` and its own fields), `describe()` (the sample shape, classes and
-natural clients, known without torch, so planning and `spec validate` stay light), and `loader`,
-the "package.module:function" that returns its data, imported on first use:
+Every dataset, fedhet's own and a plug-in's, names under the `fedhet.datasets` entry-point group
+a subclass of `DataConfig`: its spec block (`dataset: Literal["name"]` and its own fields),
+`describe()` (the sample shape, classes, training samples and natural clients, known without
+torch, so planning and `spec validate` stay light), and `loader`, the "package.module:function"
+that returns its data, imported on first use. fedhet's image datasets are `ImageDataConfig`s
+(fedhet.core.image_data), whose loader reads pixels; every other dataset's returns arrays:
 
     def load(config, seed: int) -> ArrayData
 

@@ -1,5 +1,7 @@
 """Datasets and models are plug-ins, found through the `fedhet.datasets` and `fedhet.models`
-entry-point groups, as methods are through `fedhet.methods` (fedhet.core.registry).
+entry-point groups, as methods are through `fedhet.methods` (fedhet.core.registry). fedhet's own
+datasets are registered there too (its `pyproject.toml`) and load first, so their names stay
+theirs.
 
 A package registers one by naming its config class in its packaging metadata:
 
