@@ -69,25 +69,30 @@ class Norm:
         return 0 if self.kind == "none" else 2 * self.channels  # affine scale and shift
 
 
-@dataclass(frozen=True)
-class ReLU:
+class Parameterless:
+    """A layer that holds no parameters."""
+
     parameters: ClassVar[int] = 0
 
 
 @dataclass(frozen=True)
-class MaxPool:
+class ReLU(Parameterless):
+    """max(0, x), elementwise."""
+
+
+@dataclass(frozen=True)
+class MaxPool(Parameterless):
     size: int
-    parameters: ClassVar[int] = 0
 
 
 @dataclass(frozen=True)
-class GlobalAvgPool:
-    parameters: ClassVar[int] = 0
+class GlobalAvgPool(Parameterless):
+    """The mean of each channel over its positions."""
 
 
 @dataclass(frozen=True)
-class Flatten:
-    parameters: ClassVar[int] = 0
+class Flatten(Parameterless):
+    """Each sample's features as one vector."""
 
 
 @dataclass(frozen=True)

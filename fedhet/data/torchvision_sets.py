@@ -87,11 +87,8 @@ class FashionMnistData(TorchvisionData):
         return read_debian_fashion_mnist() if debian_fashion_mnist_present() else None
 
     def missing(self, root: DataRoot, places: str = "", fixes: str = "") -> str:
-        debian, install = (
-            f" and {DEBIAN_FASHION_MNIST}",
-            ", or apt-get install dataset-fashion-mnist",
-        )
-        return super().missing(root, places + debian, fixes + install)
+        places += f" and {DEBIAN_FASHION_MNIST}"
+        return super().missing(root, places, fixes + ", or apt-get install dataset-fashion-mnist")
 
 
 class EmnistData(TorchvisionData):
