@@ -116,12 +116,12 @@ def test_a_broken_plugin_is_skipped_in_one_line_and_the_others_keep_working(
 ):
     fedhet_own = [e for e in entry_points(group=plugins.DATASETS) if e.name != "synthetic"]
     entries = {
-        plugins.DATASETS: [
-            *fedhet_own,
+        plugins.DATASETS: [  # fedhet's own last: they load first all the same
             EntryPoint("synthetic", "fedhet.data.synthetic:SyntheticData", plugins.DATASETS),
             EntryPoint("gone", "fedhet_no_such_package:Data", plugins.DATASETS),
             EntryPoint("digits", "test_data_plugins:Digits", plugins.DATASETS),
             EntryPoint("again", "fedhet.data.synthetic:SyntheticData", plugins.DATASETS),
+            *fedhet_own,
         ],
         plugins.MODELS: [EntryPoint("mlp", "fedhet.core.spec:ModelSpec", plugins.MODELS)],
     }

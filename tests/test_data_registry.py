@@ -118,3 +118,25 @@ def test_an_unknown_dataset_exits_2_naming_every_registered_one(fedhet: CliRunne
     (line,) = result.stderr.splitlines()
     choices = ", ".join(sorted([*IMAGE_DATASETS, "arrays", "images", "leaf", "synthetic"]))
     assert f"data.dataset: unknown value; choose one of {choices} (got 'imagenet')" in line
+
+
+def test_an_install_without_fedhets_own_datasets_is_told_to_reinstall(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Metadata older than the code (an editable install not reinstalled) lacks the entries."""
+    stale = [e for e in entry_points(group=plugins.DATASETS) if e.name not in IMAGE_DATASETS]
+    monkeypatch.setattr(plugins, "entry_points", lambda group: stale)
+    plugins.found.cache_clear()
+    try:
+        with pytest.raises(InputError, match=r"reinstall fedhet \(make install"):
+            dataset_configs()
+    finally:
+        plugins.found.cache_clear()
+
+
+def test_a_proxy_dataset_names_one_that_loads_by_name():
+    pseudo = {"kind": "mixture", "proxy": "synthetic"}
+    with pytest.raises(InputError) as refused:
+        parse_spec({"algorithm": {"name": "fedbr", "pseudo": pseudo}})
+    choices = ", ".join(IMAGE_DATASETS)
+    assert f"algorithm.pseudo.proxy: unknown dataset; choose one of {choices}" in str(refused.value)

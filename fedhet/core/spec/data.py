@@ -13,6 +13,7 @@ from pydantic import AfterValidator, Field, GetJsonSchemaHandler
 from pydantic_core import CoreSchema
 
 from fedhet.core import plugins
+from fedhet.core.errors import InputError
 from fedhet.core.sections import MAX_COUNT, OMIT_IF_DEFAULT, Section
 
 DEFAULT_DATASET = "digits"
@@ -73,6 +74,11 @@ def dataset_configs() -> dict[str, type[DataSpec]]:
     """Dataset name -> the config class of its `data:` block, fedhet's own and plug-ins'
     (fedhet.core.plugins), in order of name."""
     found = plugins.found(plugins.DATASETS, ())
+    if DEFAULT_DATASET not in found:  # fedhet's installed metadata is older than its code
+        raise InputError(
+            f"fedhet's own datasets ({DEFAULT_DATASET}, ...) are not registered as entry points "
+            "of its installation; reinstall fedhet (make install, or pip install -e .)"
+        )
     return {name: found[name] for name in sorted(found)}  # type: ignore[misc]
 
 
