@@ -105,8 +105,9 @@ def test_the_image_options_change_what_an_image_dataset_describes():
     assert data.identity() is None  # the name says which data: nothing more enters a key
 
 
-def test_the_schema_enumerates_every_dataset(with_ring: None):
+def test_the_schema_enumerates_every_dataset_and_defaults_to_digits(with_ring: None):
     schema = json_schema()
+    assert schema["properties"]["data"]["default"]["dataset"] == "digits"
     items = schema["properties"]["matrix"]["anyOf"][0]["properties"]["data.dataset"]["items"]
     assert items["enum"] == sorted(EXAMPLES)
 
@@ -116,7 +117,9 @@ def test_an_unknown_dataset_exits_2_naming_every_registered_one(fedhet: CliRunne
     result = fedhet("spec", "validate", spec, store=tmp_path)
     assert result.rc == 2 and "Traceback" not in result.stderr
     (line,) = result.stderr.splitlines()
-    choices = ", ".join(sorted([*IMAGE_DATASETS, "arrays", "images", "leaf", "synthetic"]))
+    registered = list(dataset_configs())  # the command's registry is this process's
+    assert set(IMAGE_DATASETS) | {"arrays", "images", "leaf", "synthetic"} <= set(registered)
+    choices = ", ".join(registered)
     assert f"data.dataset: unknown value; choose one of {choices} (got 'imagenet')" in line
 
 

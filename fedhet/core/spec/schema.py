@@ -25,7 +25,7 @@ def json_schema() -> dict[str, Any]:
         "Spec",
         __base__=Spec,
         algorithm=(algorithm_union, default),
-        data=(data_union, Field(default_factory=lambda: validate_data({}))),
+        data=(data_union, validate_data({})),
         model=(model_union, ModelSpec()),
     )
     schema = schema_model.model_json_schema()
