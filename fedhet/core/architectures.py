@@ -210,13 +210,8 @@ def _fedbr_cnn(
     for i, (width, stride) in enumerate(zip(widths, (1, 2, 1, 1), strict=True), start=1):
         stages.append(conv_stage(f"conv{i}", c_in, width, stride))
         c_in = width
-    stages.append(Stage("pool", (GlobalAvgPool(), Flatten())))
-    return Architecture(
-        tuple(stages),
-        Linear(c_in, num_classes),
-        widths=widths,
-        widths_field="fedbr_cnn conv (model.width, then 2 * model.width)",
-        shrink="lower model.width",
+    return _pooled(
+        stages, c_in, num_classes, widths, "fedbr_cnn conv (model.width, then 2 * model.width)"
     )
 
 
@@ -247,12 +242,20 @@ def _resnet(model: ModelFields, in_shape: tuple[int, int, int], num_classes: int
             layer.append(block(c_in, width, stride))
             c_in, stride = width, 1
         stages.append(Stage(f"layer{i}", tuple(layer)))
-    stages.append(Stage("pool", (GlobalAvgPool(), Flatten())))
+    return _pooled(stages, c_in, num_classes, widths, "resnet stage (model.width * 2**stage)")
+
+
+def _pooled(
+    stages: list[Stage], c_in: int, num_classes: int, widths: tuple[int, ...], widths_field: str
+) -> Architecture:
+    """A convolutional net on `model.width`: its `stages` (of `c_in` output channels), then a
+    global average pool and the linear head."""
+    pool = Stage("pool", (GlobalAvgPool(), Flatten()))
     return Architecture(
-        tuple(stages),
+        (*stages, pool),
         Linear(c_in, num_classes),
         widths=widths,
-        widths_field="resnet stage (model.width * 2**stage)",
+        widths_field=widths_field,
         shrink="lower model.width",
     )
 

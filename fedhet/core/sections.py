@@ -6,7 +6,14 @@ import types
 from functools import cache
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 
 class OmitIfDefault:
@@ -29,6 +36,10 @@ MAX_CLASSES = 10**4
 MAX_CLIENTS = 10**5
 MAX_THREADS = 1024
 MAX_FACTOR = 10**6  # floats that scale a count or a distribution (alpha, epochs)
+
+# The bounded types that fields of many sections share
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]  # rounds, steps, samples, batch sizes
+Share = Annotated[float, Field(gt=0, lt=1)]  # a part of a whole: neither none of it nor all
 
 
 def _kinds(annotation: Any) -> set[Any]:

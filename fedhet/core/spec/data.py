@@ -14,7 +14,7 @@ from pydantic_core import CoreSchema
 
 from fedhet.core import plugins
 from fedhet.core.errors import InputError
-from fedhet.core.sections import MAX_COUNT, OMIT_IF_DEFAULT, Section
+from fedhet.core.sections import OMIT_IF_DEFAULT, Count, Section, Share
 
 DEFAULT_DATASET = "digits"
 
@@ -28,17 +28,13 @@ class DataSpec(Section):
     dataset: str
     root: str | None = Field(None, description="data root; not part of any key")
     download: bool = Field(False, description="let torchvision download; not part of any key")
-    validation: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+    validation: Annotated[Share | None, OMIT_IF_DEFAULT] = Field(
         None,
-        gt=0,
-        lt=1,
         description="hold out this share of each client's training data, stratified by label "
         "(fedhet.data.validation); the best model is then chosen by validation accuracy",
     )
-    server: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+    server: Annotated[Count | None, OMIT_IF_DEFAULT] = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="hold out this many training samples for the server before partitioning, "
         "drawn from the seed (fedhet.data.server_split): no client holds them; FedDF's real "
         "server data, and every method of the spec trains on the same clients",
