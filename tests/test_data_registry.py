@@ -143,3 +143,8 @@ def test_a_proxy_dataset_names_one_that_loads_by_name():
         parse_spec({"algorithm": {"name": "fedbr", "pseudo": pseudo}})
     choices = ", ".join(IMAGE_DATASETS)
     assert f"algorithm.pseudo.proxy: unknown dataset; choose one of {choices}" in str(refused.value)
+
+
+def test_loading_by_name_in_a_format_the_dataset_cannot_take_is_an_input_error():
+    with pytest.raises(InputError, match=r"^data.channels: cifar10 has 3 channels, not 2;"):
+        datasets.load_dataset("cifar10", channels=2)  # FedBR's proxy in a grey spec's format

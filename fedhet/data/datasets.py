@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 
 from fedhet.core.data_config import DataConfig, check_arrays
 from fedhet.core.errors import InputError, RunError
@@ -161,9 +162,13 @@ def _load_cached(
     resize: int | None,
     scale: Scale,
 ) -> Dataset:
-    config = dataset_configs()[name](
-        download=download, channels=channels, resize=resize, scale=scale
-    )
+    try:
+        config = dataset_configs()[name](
+            download=download, channels=channels, resize=resize, scale=scale
+        )
+    except ValidationError as err:  # an input format this dataset cannot take (FedBR's proxy)
+        problem = err.errors()[0]
+        raise InputError(f"data.{problem['loc'][0]}: {problem['msg']}") from None
     assert isinstance(config, ImageDataConfig), f"{name} is no image dataset"
     pixels = _loader(config)(config, DataRoot(root, root_source))
     images = formatted(pixels, channels, resize, scale)
