@@ -22,7 +22,7 @@ from rich.console import Console
 
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.data import datasets
+from fedhet.data import datasets, digits
 from fedhet.execution.planning import runs_of
 from fedhet.execution.train import Options
 from fedhet.tuning.groups import tune_groups
@@ -95,14 +95,14 @@ def test_the_docs_example_runs_as_written(fedhet: CliRunner, tmp_path: Path):
 
 
 def _permuted_test_labels(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = datasets._load_digits
+    original = digits.read
 
-    def permuted() -> Any:
-        raw = original()
+    def permuted(*args: Any) -> Any:
+        raw = original(*args)
         order = torch.randperm(len(raw.test_labels), generator=torch.Generator().manual_seed(0))
-        return dataclasses.replace(raw, test_labels=raw.test_labels[order])
+        return dataclasses.replace(raw, test_labels=raw.test_labels[order.numpy()])
 
-    monkeypatch.setattr(datasets, "_load_digits", permuted)
+    monkeypatch.setattr(digits, "read", permuted)
 
 
 def _tuned(root: Path) -> tuple[list[tuple[Any, ...]], ArtifactStore]:

@@ -37,8 +37,9 @@ MAX_CLIENTS = 10**5
 MAX_THREADS = 1024
 MAX_FACTOR = 10**6  # floats that scale a count or a distribution (alpha, epochs)
 
-# A field that counts something (rounds, steps, samples, a batch size): from 1 to MAX_COUNT
-Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+# The bounded types that fields of many sections share
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]  # rounds, steps, samples, batch sizes
+Share = Annotated[float, Field(gt=0, lt=1)]  # a part of a whole: neither none of it nor all
 
 
 def _kinds(annotation: Any) -> set[Any]:
