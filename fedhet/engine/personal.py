@@ -72,6 +72,10 @@ class PartlyLocal(Trainer):
         averaged = tensors.weighted_average([self.shared(r.state) for r in results], weights)
         return {k: averaged.get(k, v) for k, v in global_state.items()}
 
+    def global_model(self, global_state: Tensors) -> Tensors | None:
+        """None with local layers (only the clients hold them); else the global model."""
+        return None if self.local_names else global_state
+
     def evaluation_states(
         self, global_state: Tensors, client_states: dict[int, Tensors]
     ) -> list[Tensors]:

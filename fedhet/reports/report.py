@@ -29,6 +29,7 @@ from fedhet.execution.planning import Run
 from fedhet.execution.results import outcome, result_row
 from fedhet.figures import FORMATS, Curve, metric_curves
 from fedhet.metrics.summary import rounds_to_reach, validated
+from fedhet.reports import personalized
 from fedhet.reports.comparison import FLOOR_ACCURACY, paired_section
 from fedhet.reports.evaluation import evaluate_run
 from fedhet.reports.plateau import plateau_section
@@ -40,12 +41,7 @@ CAPTIONS = (
     "Weight divergence: the mean over a round's clients of the L2 distance between the client's "
     "model and the new global model.",
 )
-FINAL_METRICS = ("own_angle", "client_test_mean", "client_test_worst_decile", "client_test_std")
-CLIENT_TEST_METRICS = {
-    "client_test_mean": "Mean over clients",
-    "client_test_worst_decile": "Worst 10% of clients (mean of the lowest ceil(K/10))",
-    "client_test_std": "Spread over clients (std, ddof=0)",
-}
+FINAL_METRICS = ("own_angle", *personalized.SCORES)
 
 
 def _mean(values) -> float:
@@ -222,21 +218,6 @@ def own_angle_section(rows: list[dict]) -> str:
         "class at every client's angle. Far above the test accuracy, it says the model learned "
         "orientation as part of the label: class and angle are confounded in training. Over "
         "the seeds: mean ± std (%).\n\n" + markdown_table(rows, "own_angle")
-    )
-
-
-def client_test_section(rows: list[dict]) -> str:
-    """Per-client accuracy of each run's final model on the clients' own test sets
-    (`eval.client_test`): its mean, worst decile and spread over clients, each summarized over
-    seeds. A diverged run, or a method that does not measure it, counts as not measured."""
-    tables = [
-        f"{title}\n\n" + markdown_table(rows, name) for name, title in CLIENT_TEST_METRICS.items()
-    ]
-    return (
-        "## Per-client test accuracy\n\nEach client scored on its own test set (drawn from the "
-        "test split in its training label proportions) with the final model it uses (its own BN "
-        "entries for FedBN and SiloBN, else the global model); clients without samples are "
-        "left out. Over the seeds: mean ± std (%) of each run's figure.\n\n" + "\n\n".join(tables)
     )
 
 
@@ -421,7 +402,8 @@ def write_report(
     if rotated:
         sections.append(own_angle_section(rows))
     if spec.eval.client_test is not None:
-        sections.append(client_test_section(rows))
+        figure = out_dir / f"{spec.name}-personalized.png"
+        sections.append(personalized.section(cells(rows), reference, floor, _percent, figure))
     sections += [
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds "
         "and leaves out each run's first round (it holds one-off warm-up: imports, first "

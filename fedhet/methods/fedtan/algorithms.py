@@ -185,6 +185,10 @@ class _LocalBatchNorm(Trainer):
         averaged = tensors.weighted_average([self.shared(r.state) for r in results], weights)
         return {k: averaged[k] if k in averaged else global_state[k] for k in global_state}
 
+    def global_model(self, global_state: Tensors) -> Tensors | None:
+        """None with local BN entries (only the clients hold them); else the global model."""
+        return None if self.local_names else global_state
+
     def evaluation_states(
         self, global_state: Tensors, client_states: dict[int, Tensors]
     ) -> list[Tensors]:
