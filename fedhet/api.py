@@ -9,6 +9,8 @@ comparisons as pandas DataFrames; training and reports as the command line does 
                                      # test_at_best_val_pct (with a validation split), final_pct
     experiment.metrics()             # a row per run and round: the columns of `fedhet export`
     experiment.compare()             # paired differences against the first algorithm
+    experiment.personalized()        # with eval.client_test: a row per run, each client's own
+                                     # model on its own test split, and the global model
     experiment.report("report")      # what `fedhet report` writes
 
 Accuracies are in percent, in columns named `..._pct`, as in every table of the command line;
@@ -30,7 +32,7 @@ import pandas as pd
 from rich.console import Console
 
 from fedhet.core import units
-from fedhet.core.errors import DivergedError
+from fedhet.core.errors import DivergedError, InputError
 from fedhet.core.pipeline import ProgressSink
 from fedhet.core.sealed import damage_named
 from fedhet.core.spec import Spec
@@ -41,7 +43,7 @@ from fedhet.execution.results import require_stored
 from fedhet.execution.train import Options
 from fedhet.execution.train import train as train_runs
 from fedhet.metrics.summary import validated
-from fedhet.reports import comparison, export, report, status
+from fedhet.reports import comparison, export, personalized, report, status
 
 
 def load(
@@ -126,18 +128,45 @@ class Experiment:
         `baseline` (default the matrix's first algorithm), in the metric's `unit`: "points"
         (percentage points) for accuracies, "rounds" for rounds to a target. `floor` is the
         smallest difference in accuracy, in points as `fedhet report --floor`, a verdict calls
-        a gain."""
+        a gain. With `eval.client_test`, also the personalized accuracies and the global
+        model's (`personalized`)."""
         reference = report.reference_algorithm(self._runs, baseline, Console(stderr=True))
         self._require_stored(train, "compare")
-        rows = report.collect(self._runs, self.store, Console(stderr=True, quiet=True), train)
+        rows = self._rows(train)
         cells = report.cells(rows)
         metrics = comparison.paired_metrics(self.spec.eval.target_accuracy, validated(rows))
+        if self.spec.eval.client_test is not None:
+            metrics += personalized.paired_metrics()
         minimum = units.fraction(floor)
         return pd.DataFrame(
             _paired_row(metric, row, reference)
             for metric in metrics
             for row in comparison.compared(cells, reference, metric, minimum)
         )
+
+    @damage_named()
+    def personalized(self, train: bool = False) -> pd.DataFrame:
+        """With `eval.client_test`, a row per run: each client's own final model on its own test
+        split over the clients (`client_test_weighted_mean_pct`, `client_test_mean_pct`,
+        `client_test_worst_decile_pct`, `client_test_std_pct`) and the global model's test
+        accuracy (`global_accuracy_pct`, None for a method without one), in percent; the
+        report's personalized section (fedhet.reports.personalized)."""
+        if self.spec.eval.client_test is None:
+            raise InputError(
+                f"{self.source}.personalized(): the spec has no eval.client_test; set it "
+                "(e.g. eval.client_test.per_client=100) to score each client on its own test set"
+            )
+        self._require_stored(train, "personalized")
+        rows = personalized.run_rows(self._rows(train))
+        return pd.DataFrame(units.shown_row(row) for row in rows)
+
+    def _rows(self, train: bool) -> list[dict]:
+        """The report's rows, with their final models' scores under `eval.client_test`."""
+        console = Console(stderr=True, quiet=True)
+        rows = report.collect(self._runs, self.store, console, train)
+        if self.spec.eval.client_test is None:
+            return rows
+        return report.with_final_scores(rows, self._runs, self.store, console)
 
     @damage_named()
     def report(

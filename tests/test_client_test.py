@@ -214,11 +214,12 @@ def test_report_has_the_per_client_test_accuracy_tables(fedhet, trained, tmp_pat
     result = fedhet("report", spec_path, "--store", store, "--out", tmp_path)
     assert result.rc == 0, result.stderr
     text = (tmp_path / f"{load_spec(spec_path).name}.md").read_text()
-    section = text.split("## Per-client test accuracy")[1].split("\n## ")[0]
-    mean, worst, std = markdown_tables(section.splitlines())
+    section = text.split("\n## Personalized accuracy\n")[1].split("\n## ")[0]
+    table = markdown_tables(section.splitlines())[0]
+    columns = {"mean (%)": "mean", "worst 10% (%)": "worst_decile", "std over clients (%)": "std"}
     evaluated = json.loads(fedhet("eval", spec_path, "--json", "--store", store).stdout)
-    for table, field in [(mean, "mean"), (worst, "worst_decile"), (std, "std")]:
-        cells = {row[0]: row[1] for row in table[2:]}
+    for header, field in columns.items():
+        cells = {row[0]: row[table[0].index(header)] for row in table[2:]}
         for report in evaluated:
             value = report[f"client_test_{field}_pct"]
             assert cells[report["algorithm"]] == f"{value:.2f} (n=1)"

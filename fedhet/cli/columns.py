@@ -89,6 +89,7 @@ EVAL_COLUMNS = [
     *RUN_ID,
     *named("model"),
     Column("accuracy", "accuracy %", "pct"),
+    Column("global_accuracy", "global model %", "pct"),  # with a personalized run only
     Column("own_angle", "own angle %", "pct", optional=True),
     *named("loss", kind="number"),
     Column("per_class", "per class %"),

@@ -36,6 +36,7 @@ FRACTIONS = frozenset(
         "runoff_score",
         "target_accuracy",
         "accuracy",
+        "global_accuracy",
         "own_angle",
         "client_test_mean",
         "client_test_worst_decile",

@@ -98,6 +98,10 @@ class PartlyLocal(PartlyShared):
         """The client's local training from its own model (FedAvg's local SGD by default)."""
         return super().client_update(job)
 
+    def global_model(self, global_state: Tensors) -> Tensors | None:
+        """None with local layers (only the clients hold them); else the global model."""
+        return None if self.local_names else global_state
+
     def evaluation_states(
         self, global_state: Tensors, client_states: dict[int, Tensors]
     ) -> list[Tensors]:

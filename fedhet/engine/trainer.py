@@ -178,6 +178,12 @@ class Trainer:
         """Model states whose test metrics are averaged into a round's test accuracy and loss."""
         return [global_state]
 
+    def global_model(self, global_state: Tensors) -> Tensors | None:
+        """The federation's one model, scored on the test set beside the clients' own (`fedhet
+        eval`'s global_accuracy); None for a method that has none: layers held by the clients
+        alone (FedPer, FedBN, Local), whose server copies are the initial model's."""
+        return global_state
+
     # --- client side --------------------------------------------------------------------
 
     def client_step(self, round: int, global_state: Tensors, server_state: Tensors) -> ClientStep:

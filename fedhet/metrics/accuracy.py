@@ -17,7 +17,10 @@ class Scores:
     client's accuracy on its own test set (None without them, or for a method that does not
     measure it). With a rotation feature shift, `own_angle` is the test accuracy when every test
     image is shown at its class's own training angle (fedhet.engine.setup.own_angle_test): a
-    model that learned orientation as the label scores high there and low on the test set."""
+    model that learned orientation as the label scores high there and low on the test set.
+    `global_accuracy` is the test accuracy of the method's global model (`accuracy` itself for a
+    method that evaluates its global model alone; for a personalized one, `accuracy` is the mean
+    over the clients' own models), None for a method without one (FedPer, FedBN, Local)."""
 
     accuracy: float
     loss: float
@@ -25,6 +28,7 @@ class Scores:
     per_client: list[float]
     client_test: list[float] | None = None
     own_angle: float | None = None
+    global_accuracy: float | None = None
 
 
 @dataclass(frozen=True)

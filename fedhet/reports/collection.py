@@ -13,9 +13,10 @@ from fedhet.core import provenance
 from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import Run
 from fedhet.execution.results import outcome, result_row
+from fedhet.reports import personalized
 from fedhet.reports.evaluation import evaluate_run
 
-FINAL_METRICS = ("own_angle", "client_test_mean", "client_test_worst_decile", "client_test_std")
+FINAL_METRICS = ("own_angle", *personalized.SCORES)
 
 
 def collect(runs: list[Run], store: ArtifactStore, console: Console, train: bool) -> list[dict]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 
 import numpy as np
 import torch
@@ -65,6 +65,8 @@ def evaluate_run(
     variance = None
     if scores is None:
         scores, variance = network_scores(run, ctx, group, model, cgv)
+    if not run.spec.algorithm.personalized:  # the model it evaluates is its global model
+        scores = replace(scores, global_accuracy=scores.accuracy)
     report = {**_described(run, model), **asdict(scores)}
     if scores.client_test is not None:
         sizes = load_partition(ctx.upstream(run.node, "partition")).histogram.sum(axis=1)
@@ -133,10 +135,11 @@ def network_scores(
     """Scores of a train artifact's network, and with `cgv` the client gradient variance of its
     final model.
 
-    For personalized algorithms (FedBN, SiloBN) the global figures are means over the clients'
-    own models, as during training, and each client is scored with its own model (its own BN
-    entries; the global model for a client that never trained); every other method scores each
-    client with the global model. A client without samples scores NaN.
+    For personalized algorithms (FedBN, SiloBN, FedPer, Ditto, ...) the global figures are means
+    over the clients' own models, as during training, each client is scored with its own model
+    (the one it holds before training for a client never sampled: counted, not skipped), and
+    `global_accuracy` scores the method's global model, where it has one, on the test set; every
+    other method scores each client with the global model. A client without samples scores NaN.
     """
     if "model" not in group:
         raise InputError(
@@ -170,6 +173,10 @@ def network_scores(
         scores(state, ds.test_x, ds.test_y) for state in trainer.evaluation_states(chosen, own)
     ]
     accuracies, losses, per_class = zip(*tested, strict=True)
+    federation_model = trainer.global_model(chosen)
+    global_accuracy = None
+    if run.spec.algorithm.personalized and federation_model is not None:
+        global_accuracy = scores(federation_model, ds.test_x, ds.test_y)[0]
     tests = client_tests(run, ctx, setup.device)
     part = load_partition(ctx.upstream(run.node, "partition"))
     own_angle = None
@@ -186,6 +193,7 @@ def network_scores(
         per_client=[client_accuracy(c.id, c) for c in clients],
         client_test=None if tests is None else [client_accuracy(t.id, t) for t in tests],
         own_angle=own_angle,
+        global_accuracy=global_accuracy,
     )
     if not cgv:
         return result, None

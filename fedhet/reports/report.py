@@ -26,18 +26,19 @@ from fedhet.execution.labels import named_label
 from fedhet.execution.planning import Run
 from fedhet.figures import FORMATS, Curve, metric_curves
 from fedhet.metrics.summary import rounds_to_reach, validated
+from fedhet.reports import personalized
 from fedhet.reports.collection import collect, environments, with_final_scores
 from fedhet.reports.comparison import FLOOR_ACCURACY, paired_section
 from fedhet.reports.heterogeneity import heterogeneity_section
 from fedhet.reports.plateau import plateau_section
 from fedhet.reports.tables import (
     cells,
-    client_test_section,
     cost_table,
     markdown_table,
     nan_mean,
     own_angle_section,
     per_seed_table,
+    percent_cell,
     rounds_cell,
     stage_table,
 )
@@ -191,7 +192,8 @@ def write_report(
     if rotated:
         sections.append(own_angle_section(rows))
     if spec.eval.client_test is not None:
-        sections.append(client_test_section(rows))
+        figure = out_dir / f"{spec.name}-personalized.png"
+        sections.append(personalized.section(cells(rows), reference, floor, percent_cell, figure))
     sections += filter(None, [heterogeneity_section(runs, store)])
     sections += [
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds "

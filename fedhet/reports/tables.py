@@ -12,12 +12,6 @@ import numpy as np
 from fedhet.core import units
 from fedhet.metrics.summary import validated
 
-CLIENT_TEST_METRICS = {
-    "client_test_mean": "Mean over clients",
-    "client_test_worst_decile": "Worst 10% of clients (mean of the lowest ceil(K/10))",
-    "client_test_std": "Spread over clients (std, ddof=0)",
-}
-
 
 def nan_mean(values) -> float:
     """Mean of the non-NaN values; NaN when there are none (a run that diverged at once)."""
@@ -89,21 +83,6 @@ def own_angle_section(rows: list[dict]) -> str:
         "class at every client's angle. Far above the test accuracy, it says the model learned "
         "orientation as part of the label: class and angle are confounded in training. Over "
         "the seeds: mean ± std (%).\n\n" + markdown_table(rows, "own_angle")
-    )
-
-
-def client_test_section(rows: list[dict]) -> str:
-    """Per-client accuracy of each run's final model on the clients' own test sets
-    (`eval.client_test`): its mean, worst decile and spread over clients, each summarized over
-    seeds. A diverged run, or a method that does not measure it, counts as not measured."""
-    tables = [
-        f"{title}\n\n" + markdown_table(rows, name) for name, title in CLIENT_TEST_METRICS.items()
-    ]
-    return (
-        "## Per-client test accuracy\n\nEach client scored on its own test set (drawn from the "
-        "test split in its training label proportions) with the final model it uses (its own BN "
-        "entries for FedBN and SiloBN, else the global model); clients without samples are "
-        "left out. Over the seeds: mean ± std (%) of each run's figure.\n\n" + "\n\n".join(tables)
     )
 
 

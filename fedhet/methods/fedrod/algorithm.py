@@ -75,6 +75,10 @@ class FedRoD(PartlyLocal):
     def local_layers(self) -> list[str]:
         return ["personal"]
 
+    def global_model(self, global_state):
+        """The generic model: the server's personalized head is the initial zero one."""
+        return global_state
+
     def client_context(self, job: ClientJob) -> torch.Tensor:
         return log_prior(job.client.y, self.setup.dataset.num_classes).float()
 

@@ -192,6 +192,10 @@ class _LocalBatchNorm(PartlyShared):
         job.client_state.update({k: result.state[k] for k in self.local_names})
         return result
 
+    def global_model(self, global_state: Tensors) -> Tensors | None:
+        """None with local BN entries (only the clients hold them); else the global model."""
+        return None if self.local_names else global_state
+
     def evaluation_states(
         self, global_state: Tensors, client_states: dict[int, Tensors]
     ) -> list[Tensors]:

@@ -51,6 +51,9 @@ class Local(Trainer):
     def aggregate(self, round, global_state, server_state, results, weights) -> Tensors:
         return global_state  # nothing is received: the server's (initial) model never changes
 
+    def global_model(self, global_state: Tensors) -> None:
+        return None  # the server's model is the initial one: no client's training reaches it
+
     def evaluation_states(
         self, global_state: Tensors, client_states: dict[int, Tensors]
     ) -> list[Tensors]:
