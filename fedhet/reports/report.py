@@ -142,12 +142,13 @@ def cells(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return grouped
 
 
-def reference_algorithm(runs: list[Run], baseline: str | None) -> str:
-    """The algorithm label the others are compared with: `baseline`, else the matrix's first."""
+def reference_algorithm(runs: list[Run], baseline: str | None, given: str = "") -> str:
+    """The algorithm label the others are compared with: `baseline`, else the matrix's first.
+    `given`: the baseline as the caller gave it (`--baseline 'x'`, `baseline='x'`)."""
     labels = list(dict.fromkeys(run.algorithm_label for run in runs))
     if baseline is not None and baseline not in labels:
         raise InputError(
-            f"--baseline {baseline!r} is no algorithm of this report; choose one of: "
+            f"{given or f'--baseline {baseline!r}'} is no algorithm of this report; choose one of: "
             + ", ".join(repr(label) for label in labels)
         )
     return labels[0] if baseline is None else baseline
