@@ -147,12 +147,14 @@ class Experiment:
         return _frame(self.session.run_rows(algorithm, state))
 
     @damage_named()
-    def metrics(self, train: bool = False) -> pd.DataFrame:
+    def metrics(self, train: bool = False, tensorboard: str | Path | None = None) -> pd.DataFrame:
         """A row per run and round with the columns of `fedhet export` (accuracies in percent:
-        `test_accuracy_pct`)."""
+        `test_accuracy_pct`); with `tensorboard`, also written under that folder as TensorBoard
+        events, a folder per run (`fedhet export --tensorboard`)."""
         import pandas as pd
 
-        return pd.DataFrame(self.session.metric_rows(train))
+        events = None if tensorboard is None else Path(tensorboard)
+        return pd.DataFrame(self.session.metric_rows(train, events))
 
     @damage_named()
     def evaluate(

@@ -192,11 +192,12 @@ class Session:
             export.write_tensorboard(stored, tensorboard)
         return stored
 
-    def metric_rows(self, train: bool = False) -> Rows:
-        """A row per run and round: `fedhet export`'s columns, accuracies in percent."""
+    def metric_rows(self, train: bool = False, tensorboard: Path | None = None) -> Rows:
+        """A row per run and round: `fedhet export`'s columns, accuracies in percent (with
+        `tensorboard`, as `histories`)."""
         from fedhet.reports import export
 
-        return export.long_rows(self.histories(train))
+        return export.long_rows(self.histories(train, tensorboard))
 
     def paired_rows(
         self, baseline: str | None = None, train: bool = False, floor: float | None = None
