@@ -36,8 +36,7 @@ from rich.console import Console
 
 from fedhet.core import units
 from fedhet.core.errors import DivergedError
-from fedhet.core.spec import Spec
-from fedhet.core.store import ArtifactStore, damage_named
+from fedhet.core.store import damage_named
 from fedhet.session import ModelChoice, Session, Voice, checked, open_session
 
 if TYPE_CHECKING:
@@ -58,10 +57,8 @@ def load(
     spec the command line refuses."""
     call = _load_call(spec, overrides, store, only, data_root)
     root = None if data_root is None else Path(data_root)
-    session = open_session(
-        spec, overrides, PythonVoice(call), Console(stderr=True), store, only, root
-    )
-    return Experiment(session)
+    voice, console = PythonVoice(call), Console(stderr=True)
+    return open_session(spec, overrides, voice, console, store, only, root, kind=Experiment)
 
 
 def _load_call(
@@ -110,19 +107,9 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(units.shown_row(row) for row in rows)
 
 
-@dataclass(frozen=True)
-class Experiment:
-    """A spec's runs over a store (`fedhet.load`), read as DataFrames."""
-
-    session: Session  # what every command works through; its rows hold stored quantities
-
-    @property
-    def spec(self) -> Spec:
-        return self.session.spec
-
-    @property
-    def store(self) -> ArtifactStore:
-        return self.session.store
+class Experiment(Session):
+    """A spec's runs over a store (`fedhet.load`): the session every command works through,
+    its tables as DataFrames of shown quantities (accuracies in percent)."""
 
     @damage_named()
     def train(
@@ -132,7 +119,7 @@ class Experiment:
         Ray tasks: `ray` "local" or a cluster's "HOST:PORT"); the runs' result rows. A diverged
         or failed run is a row too; the first failure that is not a divergence is raised after
         the others have run. A recorded divergence is computed again with `retry_diverged`."""
-        rows, failures = self.session.train_rows(jobs, ray, retry_diverged)
+        rows, failures = self.train_rows(jobs, ray, retry_diverged)
         errors = [f for f in failures if not isinstance(f, DivergedError)]
         if errors:
             raise errors[0]
@@ -144,7 +131,7 @@ class Experiment:
         test accuracy in percent (`best_test_pct`, `final_pct`), rounds, wall time (what
         `fedhet runs` prints); only `algorithm`'s runs, or those in `state` (stored, diverged,
         partial, missing), where given."""
-        return _frame(self.session.run_rows(algorithm, state))
+        return _frame(self.run_rows(algorithm, state))
 
     @damage_named()
     def metrics(self, train: bool = False, tensorboard: str | Path | None = None) -> pd.DataFrame:
@@ -154,7 +141,7 @@ class Experiment:
         import pandas as pd
 
         events = None if tensorboard is None else Path(tensorboard)
-        return pd.DataFrame(self.session.metric_rows(train, events))
+        return pd.DataFrame(self.metric_rows(train, events))
 
     @damage_named()
     def evaluate(
@@ -164,14 +151,14 @@ class Experiment:
         per-class and per-client accuracies (lists) of the `final` or `best` model, with `cgv`
         its client gradient variance; a diverged run's row says in which round, with no
         scores."""
-        return _frame(self.session.evaluations(model, cgv, train))
+        return _frame(self.evaluations(model, cgv, train))
 
     @damage_named()
     def plan(self, tune: bool = False) -> pd.DataFrame:
         """What `fedhet plan` prints: every run's stages and their state (stored, partial, missing)
         with the time still needed where known; with `tune`, the runs of the tune's trials. The
         one-line summary is in `.attrs["summary"]`."""
-        rows, summary = self.session.plan_rows(tune)
+        rows, summary = self.plan_rows(tune)
         frame = _frame(rows)
         frame.attrs["summary"] = summary
         return frame
@@ -183,15 +170,12 @@ class Experiment:
         in percent, or with `trials` a row per trial."""
         from fedhet.reports.tuning import selection_rows, trial_rows
 
-        outcome = self.session.tune(jobs)
+        outcome = self.tune_outcome(jobs)
         return _frame(trial_rows(outcome) if trials else selection_rows(outcome))
 
     @damage_named()
     def compare(
-        self,
-        baseline: str | None = None,
-        train: bool = False,
-        floor: float | None = None,
+        self, baseline: str | None = None, train: bool = False, floor: float | None = None
     ) -> pd.DataFrame:
         """The report's paired differences: a row per metric, setting and algorithm against
         `baseline` (default the matrix's first algorithm), in the metric's `unit`: "points"
@@ -200,31 +184,7 @@ class Experiment:
         a gain (default 0.5)."""
         import pandas as pd
 
-        return pd.DataFrame(self.session.paired_rows(baseline, train, _fraction(floor)))
-
-    @damage_named()
-    def report(
-        self,
-        out: str | Path | None = None,
-        baseline: str | None = None,
-        train: bool = False,
-        floor: float | None = None,
-        tuned: bool = False,
-        jobs: int | None = None,
-    ) -> Path:
-        """Write what `fedhet report` writes into the folder `out` (as the command line, by
-        default `report/` of the working directory); `floor` in points, as `compare`'s (default
-        0.5); with
-        `tuned`, the configurations `tune()` chose (into NAME_tuned.md); with `train` and
-        `jobs`, the missing runs computed first on worker processes. The markdown file's
-        path."""
-        fraction = _fraction(floor)
-        folder = None if out is None else Path(out)
-        return self.session.write_report(folder, baseline, train, fraction, tuned, jobs)
-
-
-def _fraction(points: float | None) -> float | None:
-    return None if points is None else units.fraction(points)
+        return pd.DataFrame(self.paired_rows(baseline, train, floor))
 
 
 __all__ = ["Experiment", "PythonVoice", "Session", "checked", "load", "open_session"]

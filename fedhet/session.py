@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from rich.console import Console
 
+from fedhet.core import units
 from fedhet.core.errors import InputError
 from fedhet.core.spec import Spec
-from fedhet.core.store import ArtifactStore
+from fedhet.core.store import ArtifactStore, damage_named
 from fedhet.core.tune_spec import TuneSpec
 from fedhet.execution.loading import checked_spec
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from fedhet.tuning.outcome import TuneOutcome
 
 Rows = list[dict[str, Any]]
+S = TypeVar("S", bound="Session")
 ModelChoice = Literal["final", "best"]
 
 
@@ -95,7 +97,7 @@ class Session:
     view: Callable[[list[Run]], View] = QuietView
 
     @cached_property
-    def runs(self) -> list[Run]:
+    def planned(self) -> list[Run]:
         """The spec's runs (planned on first use: planning imports the methods' code)."""
         from fedhet.execution.planning import runs_of
 
@@ -114,7 +116,7 @@ class Session:
         from fedhet.execution.train import Options, train
 
         self._require_workers(jobs)
-        runs = self.runs if runs is None else runs
+        runs = self.planned if runs is None else runs
         return train(runs, self.store, Options(jobs, ray, retry_diverged), self.view(runs))
 
     def run_rows(self, algorithm: str | None = None, state: str | None = None) -> Rows:
@@ -122,7 +124,7 @@ class Session:
         test accuracy, rounds, wall time); only `algorithm`'s runs, or those in `state`."""
         from fedhet.reports.status import run_row
 
-        rows = [run_row(run, self.store) | {"key": run.node.key} for run in self.runs]
+        rows = [run_row(run, self.store) | {"key": run.node.key} for run in self.planned]
         return [
             row
             for row in rows
@@ -135,7 +137,7 @@ class Session:
         as the stored results decide them."""
         from fedhet.reports.status import plan_rows
 
-        runs, unasked = self.runs, 0
+        runs, unasked = self.planned, 0
         if tune:
             from fedhet.tuning.runner import planned_trials
 
@@ -150,9 +152,9 @@ class Session:
         (or read from the store) when the iteration reaches it."""
         from fedhet.execution.partitions import partitions
 
-        return partitions(self.runs, self.store, self.console)
+        return partitions(self.planned, self.store, self.console)
 
-    def tune(self, jobs: int | None = None) -> TuneOutcome:
+    def tune_outcome(self, jobs: int | None = None) -> TuneOutcome:
         """Select each method's hyperparameters as the spec's `tune:` section says, its missing
         trials trained first (in `jobs` worker processes); the stored outcome."""
         from fedhet.execution.train import Options
@@ -175,7 +177,7 @@ class Session:
             evaluate_outcome(
                 run, outcome(run, self.store, train), self.store, cgv, model, self.console
             )
-            for run in self.runs
+            for run in self.planned
         ]
 
     def histories(self, train: bool = False, tensorboard: Path | None = None) -> list[StoredRun]:
@@ -187,7 +189,7 @@ class Session:
         if tensorboard is not None:
             check_folder(tensorboard, self.voice.option("tensorboard"))
         self.require_stored(train, "metrics")
-        stored = export.collect(self.runs, self.store, train)
+        stored = export.collect(self.planned, self.store, train)
         if tensorboard is not None:
             export.write_tensorboard(stored, tensorboard)
         return stored
@@ -204,41 +206,41 @@ class Session:
     ) -> Rows:
         """The report's paired differences of every algorithm with `baseline` (default the
         matrix's first), a row per metric and setting, in the metric's unit; `floor`: the
-        smallest difference in accuracy (a fraction; default 0.5 points) a verdict calls a
-        gain."""
+        smallest difference in accuracy, in points (default 0.5), a verdict calls a gain."""
         from fedhet.metrics.summary import validated
         from fedhet.reports import comparison, report
 
         reference = self._reference(baseline)
         self.require_stored(train, "compare")
-        rows = report.collect(self.runs, self.store, Console(stderr=True, quiet=True), train)
+        rows = report.collect(self.planned, self.store, Console(stderr=True, quiet=True), train)
         cells = report.cells(rows)
         metrics = comparison.paired_metrics(self.spec.eval.target_accuracy, validated(rows))
-        floor = comparison.FLOOR_ACCURACY if floor is None else floor
+        minimum = _fraction(floor, comparison.FLOOR_POINTS)
         return [
             _paired_row(metric, row, reference)
             for metric in metrics
-            for row in comparison.compared(cells, reference, metric, floor)
+            for row in comparison.compared(cells, reference, metric, minimum)
         ]
 
-    def write_report(
+    @damage_named()
+    def report(
         self,
-        out: Path | None = None,
+        out: str | Path | None = None,
         baseline: str | None = None,
         train: bool = False,
         floor: float | None = None,
         tuned: bool = False,
         jobs: int | None = None,
     ) -> Path:
-        """`fedhet report`'s markdown and figures into the folder `out` (default: report, in the
-        working directory), pairing every algorithm
-        with `baseline`; `floor`: a fraction of accuracy (default 0.5 points); `tuned`: the
-        configurations the tune chose, into NAME_tuned.md; with `train` and `jobs`, the missing
-        runs computed first on worker processes. The markdown file's path."""
-        from fedhet.reports.comparison import FLOOR_ACCURACY
+        """Write what `fedhet report` writes into the folder `out` (by default `report/` of the
+        working directory), pairing every algorithm with `baseline` (default the first);
+        `floor` in points (default 0.5), as `compare`'s; with `tuned`, the configurations the
+        tune chose (into NAME_tuned.md); with `train` and `jobs`, the missing runs computed
+        first on worker processes. The markdown file's path."""
+        from fedhet.reports.comparison import FLOOR_POINTS
         from fedhet.reports.report import DEFAULT_FOLDER, write_report
 
-        spec, runs, section = self.spec, self.runs, None
+        spec, runs, section = self.spec, self.planned, None
         self._reference(baseline)
         if tuned:
             spec, runs, section = self._tuned_runs(train)
@@ -246,16 +248,16 @@ class Session:
             self.require_stored(train, "report")
         if train and jobs is not None:  # in parallel first; a failed run is a row of the report
             self.train_rows(jobs, runs=runs)
-        floor = FLOOR_ACCURACY if floor is None else floor
+        floor = _fraction(floor, FLOOR_POINTS)
         named = {"baseline": baseline, "floor": floor, "tuning": section}
-        folder = DEFAULT_FOLDER if out is None else out
+        folder = DEFAULT_FOLDER if out is None else Path(out)
         return write_report(spec, runs, self.store, folder, self.console, train, **named)[0]
 
     def _reference(self, baseline: str | None) -> str:
         """The algorithm label the others are paired with: `baseline`, else the first."""
         from fedhet.reports.report import reference_algorithm
 
-        return reference_algorithm(self.runs, baseline, self.voice.setting("baseline", baseline))
+        return reference_algorithm(self.planned, baseline, self.voice.setting("baseline", baseline))
 
     def _tuned_runs(self, train: bool) -> tuple[Spec, list[Run], str]:
         """The spec renamed NAME_tuned, the runs of its tune's chosen configurations (stored,
@@ -286,7 +288,7 @@ class Session:
         from fedhet.execution.results import require_stored
 
         if not train:
-            require_stored(self.runs, self.store, self.voice.train_first(reader))
+            require_stored(self.planned, self.store, self.voice.train_first(reader))
 
     def _require_workers(self, jobs: int | None) -> None:
         if jobs is not None and jobs < 1:
@@ -302,14 +304,15 @@ def open_session(
     only: Sequence[str] = (),
     data_root: Path | None = None,
     note: Callable[[str], None] = lambda line: None,
-) -> Session:
-    """The session of a spec file (or a mapping) with `overrides` (PATH=VALUE) and `only`
-    filters (AXIS=VALUE), over the store `store` (default: FEDHET_STORE or ./artifacts), its data
-    read from `data_root` where given; InputError, in `voice`, for a spec fedhet refuses. `note`
-    hears one line per matrix axis an override replaces."""
+    kind: type[S] = Session,
+) -> S:
+    """The session (a `kind` of Session) of a spec file (or a mapping) with `overrides`
+    (PATH=VALUE) and `only` filters (AXIS=VALUE), over the store `store` (default: FEDHET_STORE
+    or ./artifacts), its data read from `data_root` where given; InputError for a spec fedhet
+    refuses. `note` hears one line per matrix axis an override replaces."""
     spec = checked(source, overrides, only, data_root, note)
     where = Path("spec") if isinstance(source, Mapping) else Path(source)
-    return Session(spec, where, ArtifactStore(store), voice, console)
+    return kind(spec, where, ArtifactStore(store), voice, console)
 
 
 def checked(
@@ -324,6 +327,11 @@ def checked(
     if data_root is None:
         return spec
     return spec.model_copy(update={"data": spec.data.model_copy(update={"root": str(data_root)})})
+
+
+def _fraction(points: float | None, default: float) -> float:
+    """A difference of accuracies given in points as one of stored fractions."""
+    return units.fraction(default if points is None else points)
 
 
 def _paired_row(metric: Any, row: Any, reference: str) -> dict[str, Any]:

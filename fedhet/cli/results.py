@@ -196,8 +196,7 @@ def report(
     session = given.open(where)
     from fedhet.reports.report import summary
 
-    minimum = None if floor is None else units.fraction(floor)
-    md = session.write_report(out_dir, baseline, train, minimum, tuned, jobs)
+    md = session.report(out_dir, baseline, train, floor, tuned, jobs)
     out.print(summary(md), markup=False, highlight=False, soft_wrap=True)
 
 

@@ -178,10 +178,10 @@ def plan(
 def tune(
     given: SpecArgs,
     fmt: FormatOpt = Format.table,
-    sweep: Sweep = Sweep(),
     trials: Annotated[
         bool, typer.Option("--trials", help="a row per trial instead of one per method")
     ] = False,
+    sweep: Sweep = Sweep(),
 ) -> None:
     """Select each method's hyperparameters on the validation split, as the spec's `tune:`
     section says (its space, the same budget for every method, the selection seeds).
@@ -194,7 +194,7 @@ def tune(
     session = given.open(sweep.where)
     from fedhet.reports.tuning import edge_notes, selection_rows, trial_rows
 
-    outcome = session.tune(sweep.jobs)
+    outcome = session.tune_outcome(sweep.jobs)
     name = session.spec.name
     if trials:
         rows = trial_rows(outcome)
