@@ -44,37 +44,24 @@ if TYPE_CHECKING:
 
 
 def load(
-    spec: str | Path | Mapping[str, Any],
-    *overrides: str,
-    store: str | Path | None = None,
-    only: Sequence[str] = (),
-    data_root: str | Path | None = None,
+    spec: str | Path | Mapping[str, Any], *overrides: str, store: str | Path | None = None
 ) -> Experiment:
     """The experiment of a spec file (or a spec as a mapping) with `overrides` (PATH=VALUE, as on
-    the command line) and `only` filters (AXIS=VALUE, as `--only`) over the artifact store
-    `store`, a folder or `s3://BUCKET/PREFIX` (default: FEDHET_STORE or ./artifacts), its data
-    read from `data_root` where given; InputError, with `fedhet spec validate`'s message, for a
-    spec the command line refuses."""
-    call = _load_call(spec, overrides, store, only, data_root)
-    root = None if data_root is None else Path(data_root)
-    voice, console = PythonVoice(call), Console(stderr=True)
-    return open_session(spec, overrides, voice, console, store, only, root, kind=Experiment)
+    the command line) over the artifact store `store`, a folder or `s3://BUCKET/PREFIX` (default:
+    FEDHET_STORE or ./artifacts); InputError, with `fedhet spec validate`'s message, for a spec
+    the command line refuses."""
+    voice, console = PythonVoice(_load_call(spec, overrides, store)), Console(stderr=True)
+    return open_session(spec, overrides, voice, console, store, kind=Experiment)
 
 
 def _load_call(
-    spec: str | Path | Mapping[str, Any],
-    overrides: Sequence[str],
-    store: str | Path | None,
-    only: Sequence[str],
-    data_root: str | Path | None,
+    spec: str | Path | Mapping[str, Any], overrides: Sequence[str], store: str | Path | None
 ) -> str:
     """The `fedhet.load(...)` call, as a message names it: `{...}` for a mapping."""
     arguments = ["{...}" if isinstance(spec, Mapping) else repr(str(spec))]
     arguments += map(repr, overrides)
-    named = {"store": store, "data_root": data_root}
-    arguments += [f"{name}={str(value)!r}" for name, value in named.items() if value is not None]
-    if only:
-        arguments.append(f"only={list(only)!r}")
+    if store is not None:
+        arguments.append(f"store={str(store)!r}")
     return f"fedhet.load({', '.join(arguments)})"
 
 
@@ -112,14 +99,12 @@ class Experiment(Session):
     its tables as DataFrames of shown quantities (accuracies in percent)."""
 
     @damage_named()
-    def train(
-        self, jobs: int | None = None, ray: str | None = None, retry_diverged: bool = False
-    ) -> pd.DataFrame:
-        """Compute what every run is missing (in order here, on `jobs` worker processes, or as
-        Ray tasks: `ray` "local" or a cluster's "HOST:PORT"); the runs' result rows. A diverged
-        or failed run is a row too; the first failure that is not a divergence is raised after
-        the others have run. A recorded divergence is computed again with `retry_diverged`."""
-        rows, failures = self.train_rows(jobs, ray, retry_diverged)
+    def train(self, jobs: int | None = None, retry_diverged: bool = False) -> pd.DataFrame:
+        """Compute what every run is missing (in order here, or on `jobs` worker processes); the
+        runs' result rows. A diverged or failed run is a row too; the first failure that is not
+        a divergence is raised after the others have run. A recorded divergence is computed
+        again with `retry_diverged`."""
+        rows, failures = self.train_rows(jobs, retry_diverged=retry_diverged)
         errors = [f for f in failures if not isinstance(f, DivergedError)]
         if errors:
             raise errors[0]

@@ -115,7 +115,7 @@ class Session:
         failed run's says how) and the failures, in run order."""
         from fedhet.execution.train import Options, train
 
-        self._require_workers(jobs)
+        self._check_sweep(jobs, ray)
         runs = self.planned if runs is None else runs
         return train(runs, self.store, Options(jobs, ray, retry_diverged), self.view(runs))
 
@@ -161,7 +161,7 @@ class Session:
         from fedhet.tuning.runner import tune
 
         section = self.tune_section()
-        self._require_workers(jobs)
+        self._check_sweep(jobs)
         return tune(self.spec, section, self.store, Options(jobs), self.view, self.console)
 
     def evaluations(self, model: ModelChoice = "final", cgv: bool = False, train: bool = False):
@@ -290,9 +290,15 @@ class Session:
         if not train:
             require_stored(self.planned, self.store, self.voice.train_first(reader))
 
-    def _require_workers(self, jobs: int | None) -> None:
+    def _check_sweep(self, jobs: int | None, ray: str | None = None) -> None:
+        """InputError, in the caller's words, for no worker process, or for a store that worker
+        processes or Ray tasks cannot write."""
         if jobs is not None and jobs < 1:
             raise InputError(f"{self.voice.setting('jobs', jobs)}: give at least 1 worker process")
+        if jobs is not None or ray is not None:
+            from fedhet.execution.sweep import check_writable
+
+            check_writable(self.store, self.voice.option("store"))
 
 
 def open_session(

@@ -164,6 +164,19 @@ def test_each_refuses_in_its_own_words(
     assert not store.exists()  # a refusal computes nothing
 
 
+def test_an_unwritable_store_is_named_in_each_ones_words(
+    fedhet: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    write_spec(tmp_path / "two.yaml", TWO_ALGORITHMS)
+    store = "/proc/fedhet-store"  # worker processes could not write their results there
+    result = fedhet("train", "two.yaml", "--jobs", "2", "--store", store, cwd=tmp_path)
+    assert result.rc == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: --store {store}: not writable")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=f"^store {store}: not writable"):
+        load("two.yaml", store=store).train(jobs=2)
+
+
 def same_machine(message: str) -> str:
     """The message less the memory this machine has free, which changes from call to call."""
     return re.sub(r"[\d,.]+ GiB this machine", "N GiB this machine", message)
