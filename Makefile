@@ -11,7 +11,7 @@ REPORTS := $(patsubst specs/%.yaml,report-%,$(REPRO_SPECS))
 TUNED_SPECS := specs/tct_fmnist_table3.yaml specs/fedbr_fmnist_table1.yaml
 TUNED_REPORTS := $(patsubst specs/%.yaml,report-tuned-%,$(TUNED_SPECS))
 # the row a report pairs the others with, where it is not the spec's first algorithm
-BASELINE_fedbr_fmnist_table1 := fedavg(momentum 0.9)
+BASELINE_fedbr_fmnist_table1 := FedAvg (momentum=0.9)
 
 .PHONY: install lock test lint docs docs-check quickstart reproduce readme clean-tree bench bench-venvs clean $(REPORTS) $(TUNED_REPORTS)
 

@@ -36,7 +36,7 @@ from rich.console import Console
 
 from fedhet.core import units
 from fedhet.core.errors import DivergedError
-from fedhet.core.store import damage_named
+from fedhet.core.sealed import damage_named
 from fedhet.session import ModelChoice, Session, Voice, checked, open_session
 
 if TYPE_CHECKING:
@@ -85,6 +85,9 @@ class PythonVoice(Voice):
 
     def train_tuned(self) -> str:
         return "compute them with report(tuned=True, train=True)"
+
+    def retune(self, key: str) -> str:
+        return f"`fedhet artifacts rm {key}`, then `{self.call}.tune()` recomputes it"
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,17 +73,23 @@ def save(fig: Figure, path: Path, formats: Sequence[str] = ("png",)) -> list[Pat
     return written
 
 
+Caption = Callable[[np.ndarray], str]  # a histogram -> the lines under its panel's title
+
+
 def partition_heatmaps(
-    histograms: dict[str, np.ndarray], path: Path, formats: Sequence[str] = ("png",)
+    histograms: dict[str, np.ndarray],
+    path: Path,
+    formats: Sequence[str] = ("png",),
+    caption: Caption | None = None,
 ) -> list[Path]:
     """`heatmaps_figure` saved as `path` in each of `formats`."""
-    return save(heatmaps_figure(histograms), path, formats)
+    return save(heatmaps_figure(histograms, caption), path, formats)
 
 
-def heatmaps_figure(histograms: dict[str, np.ndarray]) -> Figure:
+def heatmaps_figure(histograms: dict[str, np.ndarray], caption: Caption | None = None) -> Figure:
     """One panel per distinct partition (title -> its clients x classes histogram), in one
     figure; partitions with the same histogram (a natural partition under several seeds) share
-    a panel, titled by all of them."""
+    a panel, titled by all of them, and by `caption`'s lines (its heterogeneity) under that."""
     distinct = _distinct(histograms)
     shapes = [h.shape for h in distinct.values()]
     classes = max(c for _, c in shapes)
@@ -101,7 +107,10 @@ def heatmaps_figure(histograms: dict[str, np.ndarray]) -> Figure:
         _label_each(ax.yaxis, histogram.shape[0])
         ax.set_xlabel("class")
         ax.set_ylabel("client")
-        ax.set_title(title)
+        if caption is None:
+            ax.set_title(title)
+        else:  # the title, then the caption's lines, smaller
+            ax.set_title(f"{title}\n{caption(histogram)}", fontsize="small")
         fig.colorbar(image, ax=ax, label="samples")
     return fig
 
@@ -166,7 +175,7 @@ def curves_figure(
     rounds after which a new stage starts (TCT's stage 2), drawn as dotted vertical lines. The
     rows named in `percent` hold fractions, drawn on a % axis; every other row's axis spans its
     values that are not off scale (`robust_limits`), a mean above it drawn at its top, marked.
-    Rounds are integers on the x axis. The legend names every algorithm and every other kind
+    Rounds are integers on the x axis, from 1. The legend names every algorithm and every other kind
     of mark drawn; `captions` are lines under the panels (what a metric is).
     """
     settings = list(next(iter(panels.values())))
@@ -193,6 +202,7 @@ def curves_figure(
             marks.setdefault("clipped", _clipped_entry())
     for ax in axes[-1]:
         ax.set_xlabel("round")
+    axes[0, 0].set_xlim(left=0.5)  # rounds count from 1 (the axes share it): no round 0 tick
     handles, labels = _legend_entries(axes)
     fig.legend(
         handles + list(marks.values()),

@@ -13,12 +13,24 @@ Describing a method (light: validating and planning a spec import no torch)
         `name`, its fields, `plan` (the run's stages; by default the train stage alone),
         `learning_rates`, `check`, and the class variables `trainer` ("package.module:Class",
         imported on first use), `revision` (raise it when a change alters results),
-        `personalized` and `undefined_metrics`.
+        `personalized`, `undefined_metrics` and `display_name` (the paper's spelling of the
+        method, default its `name`). Its label in report rows, legends and tables is the
+        display name, then what `settings()` names (the non-default settings, `symbol=value`
+        or a short phrase) in one parenthesis, comma-separated: `FedBR (index pairs,
+        momentum=0.9)`. Labels enter no key.
     ObjectiveConfig, ObjectiveEntry
         An objective wrapper (VHL): the config it adds to every algorithm that accepts
-        objectives, and its registration.
-    Section, OMIT_IF_DEFAULT, MAX_COUNT, MAX_WIDTH, MAX_SEED, MAX_CLASSES, MAX_LAYERS
-        A config's nested sections and the bounds fedhet's own fields use.
+        objectives (`display_name()`, joined to the algorithm's by '+', and `settings()`), and
+        its registration.
+    OwnModelsConfig, LayerSplitConfig, layers_from_output, FineTunedConfig
+        Bases of personalized methods' configs (fedhet.engine.config_parts): clients that
+        keep models of their own, a model split at a count of layers from the output (and that
+        count's field), fine-tuning at evaluation (its steps and learning rate).
+    MixupAlpha
+        The type of input mixup's alpha, lambda ~ Beta(alpha, alpha) (mixup, FedBR, GroupDRO).
+    Section, OMIT_IF_DEFAULT, MAX_COUNT, MAX_WIDTH, MAX_SEED, MAX_CLASSES, MAX_LAYERS, Count
+        A config's nested sections, the bounds fedhet's own fields use, and the type of a field
+        that counts something (1 to MAX_COUNT).
     Spec, FederationSpec, DatasetName, parse_run, expand
         The validated spec a config plans from.
     ModelChoice
@@ -50,12 +62,22 @@ Training: the trainer and its one client step
         example).
     ClientJob, ClientResult, Traffic
         One client's work in a round, its result, and the traffic a round adds.
+    SGDSettings, sgd
+        A client's local optimizer (lr, momentum, weight decay): on its job (`ClientJob.sgd`,
+        from `Trainer.client_sgd`), the one place every executor and method reads it; torch's
+        SGD over a model with them.
     A trainer that trains its clients in a way no client step states overrides
     `client_update` (and `local_loss`, the data term) and declares `vectorizable = False`.
-    PartlyLocal, fine_tune
-        Personalized training: a trainer whose named layers stay on each client while the rest
-        is averaged (FedPer, LG-FedAvg, FedRep, FedRoD), and k local SGD steps of a model on a
-        client's training samples (fine-tuning at evaluation: FedAvg-FT, FedBABU).
+    PartlyShared, PartlyLocal, FineTuned, fine_tune
+        Personalized training: a trainer whose named entries never cross the network while the
+        rest is averaged (FedBABU's head), one whose named layers stay on each client (FedPer,
+        LG-FedAvg, FedRep, FedRoD); k local SGD steps of a model on a client's training samples
+        (fine-tuning at evaluation: FedAvg-FT, FedBABU), and a trainer evaluated so.
+    PersonalModels, TrainedBeside, OwnModel, stored, to_store
+        A trainer whose clients each keep a model of their own (under a prefix in their client
+        state: `stored`, `to_store`) that is what is evaluated (pFedMe); one whose own model (an
+        `OwnModel`, the client context) takes a step at each local step beside the client's copy
+        of the global model (APFL, Ditto).
     Mixer, Mixup, MixedBatches
         Input mixup of a local batch (Zhang et al. 2018), drawn from a seeded generator: the one
         helper of every method that mixes its clients' batches (mixup, FedBR's mixup option);
@@ -83,16 +105,17 @@ Running
 Tensors, models and metrics
     Tensors, tensors
         A model state (name -> tensor) and its helpers (clone, zeros_like, weighted_average).
-    LocalStats, Divergence, effective_steps, num_local_steps
+    LocalStats, Divergence, effective_steps, num_local_steps, steps_for_epochs
         A client's local training in numbers: steps, mean and first loss; a non-finite loss; the
         displacement of SGD with momentum in units of lr times a gradient; the local steps of
-        a round.
+        a round, and of a number of epochs.
     FedModel, build_model, ClientData, load_data
         fedhet's models, a client's samples, the datasets.
-    seeded_mlp, WithPart, scale_gradient
+    seeded_mlp, WithPart, scale_gradient, gradient_only
         A 3-layer MLP initialized from a derived seed (a projection head, a domain classifier),
-        a classifier carrying such a part under a name of its own, and a layer that scales the
-        gradient flowing back through it (negative: gradient reversal).
+        a classifier carrying such a part under a name of its own, a layer that scales the
+        gradient flowing back through it (negative: gradient reversal), and a loss term that
+        adds its gradient but not its value.
     evaluate
         (accuracy, mean cross-entropy) of a model on samples, as the engine scores its rounds.
     Scores, class_accuracies, LossFn, client_gradient_variance, summarize
@@ -126,6 +149,7 @@ from fedhet.core.errors import DivergedError, InputError, RunError
 from fedhet.core.pipeline import RunContext, StageNode, ensure, stage
 from fedhet.core.registry import Method, ObjectiveEntry
 from fedhet.core.rng import derive_seed, torch_generator
+from fedhet.core.sealed import create_array
 from fedhet.core.sections import (
     MAX_CLASSES,
     MAX_COUNT,
@@ -133,12 +157,20 @@ from fedhet.core.sections import (
     MAX_SEED,
     MAX_WIDTH,
     OMIT_IF_DEFAULT,
+    Count,
     Section,
 )
 from fedhet.core.spec import DatasetName, FederationSpec, Spec, expand, parse_run
-from fedhet.core.store import ArtifactStore, create_array
+from fedhet.core.store import ArtifactStore
 from fedhet.data.partition_plan import partition_node
 from fedhet.data.shapes import data_shape
+from fedhet.engine.config_parts import (
+    FineTunedConfig,
+    LayerSplitConfig,
+    MixupAlpha,
+    OwnModelsConfig,
+    layers_from_output,
+)
 from fedhet.engine.description import MethodConfig, ModelChoice, ObjectiveConfig, refuse_text
 from fedhet.engine.train_plan import train_node
 
@@ -159,7 +191,13 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "OverridesArg": ("fedhet.core.command_line", "OverridesArg"),
     "Mixer": ("fedhet.engine.mixup", "Mixer"),
     "Mixup": ("fedhet.engine.mixup", "Mixup"),
+    "FineTuned": ("fedhet.engine.personal", "FineTuned"),
+    "OwnModel": ("fedhet.engine.personal", "OwnModel"),
     "PartlyLocal": ("fedhet.engine.personal", "PartlyLocal"),
+    "PartlyShared": ("fedhet.engine.personal", "PartlyShared"),
+    "PersonalModels": ("fedhet.engine.personal", "PersonalModels"),
+    "TrainedBeside": ("fedhet.engine.personal", "TrainedBeside"),
+    "SGDSettings": ("fedhet.engine.local", "SGDSettings"),
     "Scores": ("fedhet.metrics.accuracy", "Scores"),
     "SpecPath": ("fedhet.core.command_line", "SpecPath"),
     "Stacked": ("fedhet.engine.client_step", "Stacked"),
@@ -182,12 +220,17 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "num_local_steps": ("fedhet.engine.system", "num_local_steps"),
     "round_note": ("fedhet.engine.progress", "round_note"),
     "run_metrics": ("fedhet.engine.run_format", "run_metrics"),
+    "gradient_only": ("fedhet.engine.modules", "gradient_only"),
     "scale_gradient": ("fedhet.engine.modules", "scale_gradient"),
+    "sgd": ("fedhet.engine.local", "sgd"),
     "seeded_mlp": ("fedhet.engine.modules", "seeded_mlp"),
+    "stored": ("fedhet.engine.personal", "stored"),
     "stage_progress": ("fedhet.engine.progress", "stage_progress"),
+    "steps_for_epochs": ("fedhet.engine.system", "steps_for_epochs"),
     "summarize": ("fedhet.metrics.summary", "summarize"),
     "tensorboard": ("fedhet.engine.tensorboard", None),
     "tensors": ("fedhet.engine.tensors", None),
+    "to_store": ("fedhet.engine.personal", "to_store"),
     "write_metrics": ("fedhet.engine.run_format", "write_metrics"),
 }
 
@@ -199,16 +242,21 @@ __all__ = [
     "MAX_WIDTH",
     "OMIT_IF_DEFAULT",
     "ArtifactStore",
+    "Count",
     "DatasetName",
     "DivergedError",
+    "FineTunedConfig",
     "FederationSpec",
     "InputError",
+    "LayerSplitConfig",
     "Method",
     "MethodConfig",
+    "MixupAlpha",
     "refuse_text",
     "ModelChoice",
     "ObjectiveConfig",
     "ObjectiveEntry",
+    "OwnModelsConfig",
     "RunContext",
     "RunError",
     "Section",
@@ -220,6 +268,7 @@ __all__ = [
     "ensure",
     "expand",
     "layer_split_problem",
+    "layers_from_output",
     "norm_kinds",
     "parameter_layers",
     "parse_run",

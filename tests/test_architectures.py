@@ -15,7 +15,8 @@ from fedhet.core import architectures
 from fedhet.core.errors import InputError
 from fedhet.core.memory_check import require_models_fit
 from fedhet.core.spec import ModelSpec, expand, load_spec, parse_spec
-from fedhet.data.shapes import DATA_SHAPES, data_shape
+from fedhet.data.shapes import data_shape
+from fedhet.data.torchvision_sets import Cifar10Data
 from fedhet.models import build_model, num_parameters
 from fedhet.process import memory
 
@@ -126,7 +127,7 @@ def test_every_spec_architecture_is_described():
 def test_a_model_past_the_memory_names_its_size_and_how_to_shrink_it(monkeypatch, fields, hint):
     monkeypatch.setattr(memory, "available_bytes", lambda: 1024)
     spec = parse_spec({"model": fields, "data": {"dataset": "cifar10"}})
-    count = spec.model.parameter_count(*DATA_SHAPES["cifar10"])
+    count = spec.model.parameter_count(*data_shape(Cifar10Data()))
     with pytest.raises(InputError) as refused:
         require_models_fit(spec, Path("big.yaml"), data_shape)
     message = str(refused.value)
@@ -136,6 +137,7 @@ def test_a_model_past_the_memory_names_its_size_and_how_to_shrink_it(monkeypatch
 
 def test_a_model_that_fits_is_let_through(monkeypatch):
     spec = parse_spec({"model": {"arch": "resnet20"}, "data": {"dataset": "cifar10"}})
-    need = spec.model.parameter_count(*DATA_SHAPES["cifar10"]) * memory.FP32_BYTES * memory.COPIES
+    count = spec.model.parameter_count(*data_shape(Cifar10Data()))
+    need = count * memory.FP32_BYTES * memory.COPIES
     monkeypatch.setattr(memory, "available_bytes", lambda: need)
     require_models_fit(spec, Path("fits.yaml"), data_shape)

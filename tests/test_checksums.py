@@ -15,8 +15,9 @@ from rich.console import Console
 from zarr.codecs import Crc32cCodec
 
 from fedhet.core.pipeline import RunContext, ensure
+from fedhet.core.sealed import arrays
 from fedhet.core.spec import load_spec
-from fedhet.core.store import ArtifactStore, arrays
+from fedhet.core.store import ArtifactStore
 from fedhet.engine.run_format import read_metrics
 from fedhet.execution.planning import runs_of
 from fedhet.process.interrupts import Interrupted
@@ -162,7 +163,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_and_the_run_still_equals_the_uni
     assert skipped[0].endswith("checksum mismatch")
     # where the run starts is said once, after the skip, and truly: round 0, not round 4
     starts = [line for line in lines if key[:12] in line and "damaged" not in line]
-    assert starts == [f"train {key[:12]}: computing (scaffold, alpha=0.5, seed 3)"]
+    assert starts == [f"train {key[:12]}: computing (SCAFFOLD, alpha=0.5, seed 3)"]
     assert lines.index(skipped[0]) < lines.index(starts[0])
     ours = store.open("train", key)
     reference = ArtifactStore(reference_store).open("train", key)

@@ -48,7 +48,9 @@ def test_a_client_alone_gets_bitwise_its_row_of_the_cohort(tmp_path, algorithm):
     term = step.loss(cohort)
     if term is not None:  # FedProx: the term and its gradient
         term.sum().backward()
-    corrected = step.correct(stack(grads), stack(extras))
+    corrected = step.correct(
+        stack(grads), stack(extras), {n: p.detach() for n, p in cohort.items()}
+    )
     after = {n: p.detach().clone() for n, p in cohort.items()}
     step.after_step(after, stack(extras), LR)
 

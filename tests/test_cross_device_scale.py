@@ -8,13 +8,13 @@ import pytest
 import zarr
 
 from fedhet.core.spec import parse_spec
-from fedhet.data import datasets
+from fedhet.data import torchvision_sets
 from fedhet.engine.loop import Checkpoints, Engine
 
 CLIENTS, PER_ROUND, ROUNDS = 10_000, 100, 5
 
 pytestmark = pytest.mark.skipif(
-    not datasets._debian_fashion_mnist_present(), reason="Fashion-MNIST is not installed"
+    not torchvision_sets.debian_fashion_mnist_present(), reason="Fashion-MNIST is not installed"
 )
 
 

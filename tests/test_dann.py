@@ -70,7 +70,8 @@ def one_step_job(engine: Engine, client: int, client_state: dict) -> ClientJob:
     model.load_state_dict(state.global_state)
     gen = torch_generator(engine.spec.seed, "local", 0, client)
     data = engine.setup.clients[client]
-    return ClientJob(0, data, model, state.global_state, {}, client_state, 0.05, gen, 1)
+    sgd = engine.algorithm.client_sgd(0, data, 0.05)
+    return ClientJob(0, data, model, state.global_state, {}, client_state, sgd, gen, 1)
 
 
 # --- the gradient reversal layer -----------------------------------------------------------
@@ -257,4 +258,4 @@ def test_cli_validates_and_trains_a_short_digits_run(fedhet, tmp_path):
     trained = fedhet("train", spec, "--store", tmp_path / "store", "--format", "json", cwd=tmp_path)
     assert trained.rc == 0, trained.stderr
     (row,) = json.loads(trained.stdout)
-    assert row["algorithm"] == "DANN (lambda 0.1)" and 0 < row["final_pct"] <= 100
+    assert row["algorithm"] == "DANN (lambda=0.1)" and 0 < row["final_pct"] <= 100

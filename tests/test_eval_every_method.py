@@ -55,7 +55,7 @@ def test_every_method_reports_its_stored_models_test_accuracy(fedhet, trained, m
     spec, store = trained
     reports = evaluations(fedhet, spec, store, "--model", model)
     fedavg, tct = reports
-    assert fedavg.keys() == tct.keys() and tct["algorithm"] == "tct" and tct["model"] == model
+    assert fedavg.keys() == tct.keys() and tct["algorithm"] == "TCT" and tct["model"] == model
     counts = np.bincount(load_dataset("digits").test_y.numpy(), minlength=10)
     for run, report in zip(runs_of(load_spec(spec)), reports, strict=True):
         tested = ArtifactStore(store).open(run.node.stage, run.node.key)["metrics"]["test_accuracy"]

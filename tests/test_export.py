@@ -66,7 +66,7 @@ def test_the_table_holds_every_runs_zarr_metrics(fedhet, trained, tmp_path, fmt)
         mine = [r for r in rows if r["run"] == run.label]
         assert [r["round"] for r in mine] == [1, 2, 3]
         assert {(r["algorithm"], r["seed"], r["federation.lr"]) for r in mine} == {
-            ("fedavg", 3, lr)
+            ("FedAvg", 3, lr)
         }
         metrics = ArtifactStore(store).open("train", run.node.key)["metrics"]
         for name, array in metrics.arrays():  # accuracies in percent, under `_pct` names

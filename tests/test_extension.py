@@ -8,8 +8,9 @@ import pytest
 import zarr
 from conftest import TINY_SPEC, write_spec
 
+from fedhet.core.sealed import arrays
 from fedhet.core.spec import load_spec, parse_spec
-from fedhet.core.store import ArtifactStore, arrays
+from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import runs_of
 
 BN_MLP = {"arch": "mlp", "hidden": [12], "norm": "batch"}

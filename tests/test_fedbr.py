@@ -11,8 +11,9 @@ from rich.console import Console
 from fedhet.core.pipeline import STAGES, RunContext, ensure
 from fedhet.core.registry import configs
 from fedhet.core.rng import torch_generator
-from fedhet.core.spec import FederationSpec, ModelSpec, parse_spec
+from fedhet.core.spec import ModelSpec, parse_spec
 from fedhet.core.store import ArtifactStore
+from fedhet.engine.local import SGDSettings
 from fedhet.engine.loop import Engine
 from fedhet.engine.setup import build_setup
 from fedhet.engine.system import num_local_steps
@@ -72,7 +73,9 @@ def job_for(algo, setup, client, state, server_state, rnd=0):
     gen = torch_generator(setup.spec.seed, "local", rnd, client)
     data = setup.clients[client]
     steps = num_local_steps(setup.spec.federation, data.n)
-    return ClientJob(rnd, data, model, state, server_state, {}, 0.05, gen, steps)
+    return ClientJob(
+        rnd, data, model, state, server_state, {}, algo.client_sgd(rnd, data, 0.05), gen, steps
+    )
 
 
 def tiny_fedbr_model(seed=0, **config):
@@ -237,8 +240,8 @@ def test_index_pairing_with_tau_half_is_the_official_loss():
 def test_index_pairing_is_omitted_from_keys_by_default_and_labelled():
     default, paired = FedBRConfig(), FedBRConfig(pairing="index")
     assert "pairing" not in default.model_dump(mode="json")
-    assert paired.base_label() == "FedBR (index pairs)"
-    assert default.base_label() == "FedBR"
+    assert paired.label() == "FedBR (index pairs)"
+    assert default.label() == "FedBR"
 
 
 def _features(local, x, x_pseudo):
@@ -248,7 +251,7 @@ def _features(local, x, x_pseudo):
 
 def test_max_step_increases_contrastive_loss_and_moves_only_the_projection():
     model, config = tiny_fedbr_model()
-    local = LocalRound(model, config, FederationSpec(lr=0.05), lr=0.05)
+    local = LocalRound(model, config, SGDSettings(0.05))
     with torch.no_grad():  # the local extractor has moved away from phi_g
         for p in model.net.features.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
@@ -265,14 +268,13 @@ def test_max_step_increases_contrastive_loss_and_moves_only_the_projection():
 
 def test_min_step_decreases_min_objective_and_leaves_projection():
     model, config = tiny_fedbr_model()
-    local = LocalRound(model, config, FederationSpec(lr=0.01), lr=0.01)
+    local = LocalRound(model, config, SGDSettings(0.01))
     x, y, x_pseudo, y_pseudo = fixed_batch()
     projection = copy.deepcopy(model.projection.state_dict())
     features = _features(local, x, x_pseudo)
-    before, _ = local.min_loss(features[0], y, features[1], y_pseudo, features[2])
-    local.min_step(features[0], y, features[1], y_pseudo, features[2])
-    z, z_pseudo, z_global = _features(local, x, x_pseudo)
-    after, _ = local.min_loss(z, y, z_pseudo, y_pseudo, z_global)
+    before, _ = local.min_loss(features, y, y_pseudo)
+    local.min_step(before)
+    after, _ = local.min_loss(_features(local, x, x_pseudo), y, y_pseudo)
     assert after.item() < before.item()
     for name, value in model.projection.state_dict().items():
         assert torch.equal(value, projection[name])
@@ -281,7 +283,7 @@ def test_min_step_decreases_min_objective_and_leaves_projection():
 def test_global_feature_extractor_is_frozen_within_a_round():
     model, config = tiny_fedbr_model()
     initial = copy.deepcopy(model.net.features.state_dict())
-    local = LocalRound(model, config, FederationSpec(lr=0.1), lr=0.1)
+    local = LocalRound(model, config, SGDSettings(0.1))
     x, y, x_pseudo, y_pseudo = fixed_batch()
     for _ in range(4):
         local.step(x, y, x_pseudo, y_pseudo)

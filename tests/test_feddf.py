@@ -4,7 +4,10 @@ average, with real (data.server's held-out training samples) or noise server dat
 Defining properties: the loss is KL(ensemble || student) on a hand-built batch; 0 distillation
 steps is FedAvg bit for bit; distillation lowers the student's KL to the ensemble on the server
 data; the server's real samples are no client's and come from the seed; configs are validated;
-both variants train on digits through the CLI.
+both variants train on digits through the CLI. `local_epochs` trains FedDF's clients as the
+federation's `local_epochs` would (with 0 distillation steps, FedAvg of those epochs bit for
+bit); every round stores the ensemble's and the average's validation accuracy, equal to an
+independent computation, and the API shows them in percent.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedhet import load
 from fedhet.core.errors import InputError
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
@@ -178,6 +182,50 @@ def test_early_stopping_keeps_the_best_checked_student(tmp_path):
             assert len(scores) - 1 - scores.index(max(scores)) == 4 // 2
 
 
+# --- the official local epochs and the per-round log -----------------------------------
+
+
+def test_local_epochs_train_feddfs_clients_as_the_federations_epochs_would(tmp_path):
+    epochs = {"federation": {"local_steps": None, "local_epochs": 2}}
+    spec = raw({"name": "fedavg"})
+    spec["federation"] = {**spec["federation"], **epochs["federation"]}
+    fedavg = Engine.from_spec(parse_spec(spec), tmp_path / "fedavg").run()
+    engine, own = run(tmp_path, {"name": "feddf", "steps": 0, "local_epochs": 2})
+    for name, value in fedavg.global_state.items():  # 5 local steps in the federation: not 2
+        assert torch.equal(value, own.global_state[name]), name  # epochs, unless FedDF's own
+    state = engine.initial_state()
+    [job] = engine.make_jobs(0, state, [1])
+    n, batch = job.client.n, engine.spec.federation.batch_size
+    assert job.steps == 5 and engine.algorithm.local_steps(job) == 2 * math.ceil(n / batch) > 5
+    assert engine.train_client(job).stats.steps == 2 * math.ceil(n / batch)
+    default = parse_spec(raw({"name": "feddf"})).algorithm
+    assert default.local_epochs is None and "local_epochs" not in default.model_dump()
+    assert default.label() == "FedDF"
+    assert parse_spec(raw({"name": "feddf", "local_epochs": 40})).algorithm.label() == (
+        "FedDF (local epochs=40)"
+    )
+
+
+def test_each_round_logs_the_ensembles_and_the_averages_validation_accuracy(tmp_path):
+    Recording.rounds = []
+    engine, state = run(tmp_path, {"name": "feddf", "steps": 10, "patience": None}, Recording)
+    validation, trainer = engine.setup.validation, engine.algorithm
+    assert len(Recording.rounds) == 2
+    for rnd, (averaged, clients, _) in enumerate(Recording.rounds):
+        with torch.no_grad():  # by hand: the argmax of the mean logits, over the split
+            logits = torch.stack([trainer.loaded(c).eval()(validation.x) for c in clients])
+            ensemble = (logits.mean(0).argmax(1) == validation.y).double().mean()
+            average = trainer.loaded(averaged).eval()(validation.x).argmax(1)
+        assert state.metrics["ensemble_val_accuracy"][rnd] == pytest.approx(float(ensemble))
+        assert state.metrics["average_val_accuracy"][rnd] == float(
+            (average == validation.y).double().mean()
+        )
+    assert len(state.metrics["val_accuracy"]) == 2  # the distilled model's, as every run's
+    unvalidated = raw({"name": "feddf", "steps": 5, "patience": None}, validation=None)
+    plain = Engine.from_spec(parse_spec(unvalidated), tmp_path / "plain").run()
+    assert "ensemble_val_accuracy" not in plain.metrics  # nothing to score them on
+
+
 # --- server data ------------------------------------------------------------------------
 
 
@@ -254,8 +302,8 @@ def test_valid_variants_and_labels():
     noise = parse_spec(
         raw({"name": "feddf", "server_data": "noise", "patience": None}, server=None)
     )
-    assert noise.algorithm.label() == "feddf(noise)"
-    assert parse_spec(raw({"name": "feddf"})).algorithm.label() == "feddf(real)"
+    assert noise.algorithm.label() == "FedDF (noise)"
+    assert parse_spec(raw({"name": "feddf"})).algorithm.label() == "FedDF"
     with pytest.raises(InputError, match="data.server: 1438 server samples leave none"):
         spec_partition(parse_spec(raw({"name": "fedavg"}, server=1438, validation=None)))
 
@@ -292,10 +340,16 @@ def test_both_variants_train_on_digits_through_the_cli(tmp_path):
     done = cli("train", path, "--store", tmp_path / "store", "--format", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
-    assert [r["algorithm"] for r in rows] == ["feddf(real)", "feddf(noise)"]
+    assert [r["algorithm"] for r in rows] == ["FedDF", "FedDF (noise)"]
     finals = [r["final_pct"] for r in rows]
     assert all(10 < a <= 100 for a in finals), rows  # above chance on 10 classes
     assert finals[0] != finals[1]  # the server data made a difference
+    # the per-round log is stored with the run's metrics and shown in percent
+    metrics = load(path, store=tmp_path / "store").metrics()
+    for name in ("ensemble_val_accuracy_pct", "average_val_accuracy_pct"):
+        shown = metrics[name]
+        assert shown.notna().all() and shown.between(0, 100).all() and shown.max() > 10, shown
+    assert "ensemble_val_accuracy" not in metrics
     # the stored partition holds the server's samples, as computed from the spec
     run_spec = parse_spec(raw(spec["matrix"]["algorithm"][0]))  # the partition ignores rounds
     node = partition_node(run_spec)

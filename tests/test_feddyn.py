@@ -5,8 +5,12 @@
 - Step by step: three rounds with partial participation, unequal client sizes, momentum and
   weight decay agree with an independent replay written as the official code states it
   (alemreacar/FedDyn: SGD with weight decay alpha_k + wd, the loss CE + alpha_k <theta, L_k -
-  theta_server>, L_k += theta_k - theta_server, server = uniform mean + mean over ALL clients of
-  L_k): fedhet's g_k = -alpha_k L_k and h = -alpha mean_k L_k.
+  theta_server>, its gradient clipped at norm 10 before the step, L_k += theta_k - theta_server,
+  server = uniform mean + mean over ALL clients of L_k): fedhet's g_k = -alpha_k L_k and
+  h = -alpha mean_k L_k; with the clip active (norm 0.5) and without one (null).
+- The clip: a gradient over the norm is scaled to it and alpha_k theta is added after it; one
+  local step from a client whose unclipped gradient exceeds 10 is the closed-form
+  theta - lr (clip(grad CE - g_k - alpha_k theta^{t-1}) + (alpha_k + wd) theta).
 - alpha -> 0: the clients become FedAvg's clients (the gap shrinks with alpha), but the server
   does not become FedAvg's: h / alpha does not depend on alpha, so one round moves
   (1 + |P|/m) times the uniform mean update and the distance to FedAvg after a few rounds stays.
@@ -32,7 +36,7 @@ from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensors
 from fedhet.engine.client_step import OneClient
-from fedhet.engine.local import LocalStats, batch_schedule
+from fedhet.engine.local import LocalStats, SGDSettings, batch_schedule
 from fedhet.engine.loop import Engine
 from fedhet.engine.trainer import ClientResult
 from fedhet.execution.planning import runs_of
@@ -90,7 +94,9 @@ def test_the_server_client_and_regularizer_by_hand(tmp_path):
 
     # g_k = 0.3, alpha_k = 0.5, trained from 1 to 2: g_k - alpha_k (2 - 1) = -0.2
     step = Dynamic({"w": one(1)})
-    upload, kept = step.finish({"w": one(0.3), ALPHA: torch.tensor(0.5)}, {"w": one(2)}, None, 0.1)
+    upload, kept = step.finish(
+        {"w": one(0.3), ALPHA: torch.tensor(0.5)}, {"w": one(2)}, None, SGDSettings(0.1)
+    )
     assert upload == {}
     torch.testing.assert_close(kept["w"], one(-0.2))
     # its regularizer at theta = 3: 0.5/2 (3 - 1)^2 - 0.3 * 3 = 0.1; a second client with
@@ -119,8 +125,8 @@ def test_alpha_is_scaled_by_size_as_the_official_code_or_uniform(tmp_path):
 # --- step by step against the official code's form -----------------------------------------
 
 
-def official_client(engine, theta, local, alpha_k, cid, rnd):
-    """theta_k: the official `train_feddyn_mdl` with fedhet's batches (no clipping)."""
+def official_client(engine, theta, local, alpha_k, cid, rnd, clip=10.0):
+    """theta_k: the official `train_feddyn_mdl` with fedhet's batches (clip None: none)."""
     fed, client = engine.spec.federation, engine.setup.clients[cid]
     model = engine.algorithm.build_model()
     model.load_state_dict(theta)
@@ -133,13 +139,17 @@ def official_client(engine, theta, local, alpha_k, cid, rnd):
         for name, p in model.named_parameters():
             loss = loss + alpha_k * (p * (local[name] - theta[name])).sum()
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
         opt.step()
     return {n: v.detach().clone() for n, v in model.state_dict().items()}
 
 
-def test_three_rounds_match_the_official_code_step_by_step(tmp_path):
+@pytest.mark.parametrize("clip", [10.0, 0.5, None])
+def test_three_rounds_match_the_official_code_step_by_step(tmp_path, clip):
     alpha = 0.1
-    spec = spec_of({"name": "feddyn", "alpha": alpha}, momentum=0.5, weight_decay=1e-3)
+    algorithm = {"name": "feddyn", "alpha": alpha, "clip_norm": clip}
+    spec = spec_of(algorithm, momentum=0.5, weight_decay=1e-3)
     engine = engine_of(spec, tmp_path)
     state = engine.initial_state()
     names = sorted(engine.algorithm.param_names)
@@ -156,7 +166,7 @@ def test_three_rounds_match_the_official_code_step_by_step(tmp_path):
     for rnd, sampled in enumerate(rounds):
         models = []
         for cid in sampled:
-            theta_k = official_client(engine, theta, local[cid], alphas[cid], cid, rnd)
+            theta_k = official_client(engine, theta, local[cid], alphas[cid], cid, rnd, clip)
             for n in names:
                 local[cid][n] += theta_k[n] - theta[n]
             models.append(theta_k)
@@ -175,6 +185,55 @@ def test_three_rounds_match_the_official_code_step_by_step(tmp_path):
             close({n: own[n] for n in names}, g, atol=1e-6)
             assert float(own[ALPHA]) == pytest.approx(alphas[cid], rel=1e-6)
     assert max(float(v.abs().max()) for v in state.server_state.values()) > 1e-3  # h is live
+
+
+# --- the official code's clip -------------------------------------------------------------
+
+
+def test_the_clip_bounds_the_data_and_linear_gradient_and_leaves_the_decay_out(tmp_path):
+    step = Dynamic({"w": torch.zeros(2, 3)}, clip_norm=10.0)
+    generator = torch.Generator().manual_seed(3)
+    grads = {"w": torch.randn(2, 2, 3, generator=generator)}
+    grads["w"][0] *= 50 / grads["w"][0].norm()  # client 0 over the norm, client 1 under
+    grads["w"][1] *= 3 / grads["w"][1].norm()
+    params = {"w": torch.randn(2, 2, 3, generator=generator)}
+    alpha = torch.tensor([0.5, 2.0])
+    corrected = step.correct(grads, {ALPHA: alpha}, params)["w"]
+    clipped = corrected - alpha.view(2, 1, 1) * params["w"]  # the part the clip saw
+    assert float(clipped[0].norm()) == pytest.approx(10.0, rel=1e-5)
+    torch.testing.assert_close(clipped[0], grads["w"][0] * 10 / 50, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(clipped[1], grads["w"][1])  # under the norm: as it was
+    unclipped = Dynamic(step.anchor, clip_norm=None).correct(grads, {ALPHA: alpha}, params)
+    torch.testing.assert_close(unclipped["w"] - alpha.view(2, 1, 1) * params["w"], grads["w"])
+
+
+@pytest.mark.parametrize("clip", [10.0, None])
+def test_one_step_is_the_closed_form_clipped_update(tmp_path, clip):
+    algorithm = {"name": "feddyn", "alpha": 0.3, "clip_norm": clip}
+    spec = spec_of(algorithm, local_steps=1, momentum=0.9, weight_decay=1e-3)
+    engine = engine_of(spec, tmp_path)
+    state = engine.initial_state()
+    theta = state.global_state
+    [job] = engine.make_jobs(0, state, [2])
+    alpha_k = float(job.client_state[ALPHA])
+    g_k = {n: torch.full_like(theta[n], 0.5) for n in engine.algorithm.param_names}
+    job.client_state.update(g_k)  # a live gradient state far over the norm
+    idx = next(engine.algorithm.client_batches(engine.make_jobs(0, state, [2])[0]))
+    result = engine.train_client(job)
+    # by hand: the gradient of CE - <g_k + alpha_k theta^{t-1}, theta>, at theta = theta^{t-1}
+    model = engine.algorithm.build_model()
+    model.load_state_dict(theta)
+    params = dict(model.named_parameters())
+    loss = F.cross_entropy(model(job.client.x[idx]), job.client.y[idx])
+    loss = loss - sum((p * (g_k[n] + alpha_k * theta[n])).sum() for n, p in params.items())
+    grads = dict(zip(params, torch.autograd.grad(loss, list(params.values())), strict=True))
+    norm = float(torch.cat([g.flatten() for g in grads.values()]).norm())
+    assert norm > 10  # the unclipped step would exceed the norm
+    scale = 1.0 if clip is None else clip / (norm + 1e-6)
+    lr, decay = spec["federation"]["lr"], alpha_k + 1e-3
+    for name in params:
+        expected = theta[name] - lr * (scale * grads[name] + decay * theta[name])
+        torch.testing.assert_close(result.state[name], expected, rtol=1e-5, atol=1e-6)
 
 
 # --- alpha -> 0 -----------------------------------------------------------------------------
@@ -282,6 +341,8 @@ def test_a_client_alone_gets_bitwise_its_row_of_the_cohort(tmp_path):
         ("alpha", float("nan"), "algorithm.alpha: input should be a finite number"),
         ("alpha", float("inf"), "algorithm.alpha: input should be a finite number"),
         ("alpha_per_client", "all", "algorithm.alpha_per_client: input should be 'size' or"),
+        ("clip_norm", 0, "algorithm.clip_norm: input should be greater than 0"),
+        ("clip_norm", float("inf"), "algorithm.clip_norm: input should be a finite number"),
     ],
 )
 def test_bad_config_is_refused_naming_the_field(field, value, says):
@@ -289,7 +350,10 @@ def test_bad_config_is_refused_naming_the_field(field, value, says):
         parse_spec({"algorithm": {"name": "feddyn", field: value}})
     config = parse_spec({"algorithm": {"name": "feddyn"}}).algorithm
     assert config.alpha == 0.01 and config.alpha_per_client == "size"
-    assert config.model_dump() == {"name": "feddyn", "alpha": 0.01}  # the option stays out
+    assert config.clip_norm == 10.0  # the official code's
+    assert config.model_dump() == {"name": "feddyn", "alpha": 0.01}  # the options stay out
+    unclipped = parse_spec({"algorithm": {"name": "feddyn", "clip_norm": None}}).algorithm
+    assert unclipped.model_dump() == {"name": "feddyn", "alpha": 0.01, "clip_norm": None}
 
 
 def test_spec_validate_through_the_installed_cli(tmp_path):

@@ -222,7 +222,7 @@ def test_fedtan_ii_label_and_lr_after_freezing(tmp_path):
         fedtan_spec({"name": "fedtan_ii", "sync_rounds": 1, "frozen_lr_scale": 0.5}, local_steps=1),
         tmp_path,
     )
-    assert engine.spec.algorithm.label() == "FedTAN-II (M=1)"
+    assert engine.spec.algorithm.label() == "FedTAN-II (M=1, frozen lr x0.5)"
     state = engine.initial_state()
     engine.run_round(0, state)
     job = engine.make_jobs(1, state, [0])[0]
@@ -338,7 +338,7 @@ def test_labels():
     assert labels == {
         "fedtan": "FedTAN",
         "fedavg_alg2": "FedAvg+Algorithm 2",
-        "fedtan_ii": "FedTAN-II (M=50)",
+        "fedtan_ii": "FedTAN-II",
         "fedbn": "FedBN",
         "silobn": "SiloBN",
     }

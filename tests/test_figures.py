@@ -127,6 +127,17 @@ def test_accuracy_is_drawn_in_percent_on_integer_rounds():
     for ax in fig.axes:  # 3 rounds: matplotlib's default would tick 1.25, 1.5, ...
         ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
         assert ticks and all(float(t).is_integer() for t in ticks), ticks
+        assert min(ticks) >= 1, ticks  # rounds count from 1: no round 0 on the axis
+
+
+def test_a_long_run_has_no_round_zero_tick():
+    fig = curves_figure({"acc": {"s": {"a": _curve(np.linspace(0.1, 0.9, 30))}}})
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert 0.5 <= low < 1 and high >= 30
+    assert all(float(t).is_integer() and t >= 1 for t in ticks) and len(ticks) >= 4, ticks
 
 
 def test_every_kind_of_mark_has_a_legend_entry_and_the_metric_a_caption():

@@ -14,9 +14,9 @@ from torch import nn
 from fedhet.core.spec import parse_spec
 from fedhet.data.clients import ClientData
 from fedhet.engine import fused as fused_module
+from fedhet.engine.cohort_gradients import linear_chain
 from fedhet.engine.fused import chain_layers, fused_sgd
 from fedhet.engine.local import Divergence, batch_schedule, local_sgd
-from fedhet.engine.vectorized import linear_chain
 from fedhet.models import build_model
 
 

@@ -206,10 +206,10 @@ def test_defaults_are_fedbrs_code_and_labels_name_eta():
     config = parse_spec(BASE).algorithm
     assert config.eta == 0.01 and config.label() == "GroupDRO"
     assert parse_spec(make_spec({"name": "groupdro", "eta": 0.1})).algorithm.label() == (
-        "GroupDRO (eta 0.1)"
+        "GroupDRO (eta=0.1)"
     )
     mixed = parse_spec(make_spec({"name": "groupdro", "mixup_alpha": 0.2})).algorithm
-    assert mixed.label() == "GroupDRO (mixup 0.2)"
+    assert mixed.label() == "GroupDRO (mixup=0.2)"
     assert "mixup_alpha" not in config.model_dump()  # off: absent, so no run's key changes
 
 

@@ -127,3 +127,56 @@ def test_fedhet_partition_prints_the_heterogeneity_of_every_scheme(fedhet, tmp_p
     assert text.count("label skew: Hellinger") == len(SCHEMES)
     assert text.count("quantity skew: sizes' CV") == len(SCHEMES)
     assert "Hellinger" in result.stdout.splitlines()[2]  # the per-client column
+
+
+def test_the_partition_figure_captions_each_panel_with_its_heterogeneity():
+    from matplotlib.image import AxesImage
+
+    from fedhet.figures import heatmaps_figure
+
+    skew, even = np.eye(4, dtype=np.int64) * 10, np.full((4, 4), 5)
+    histograms = {"natural, seed 0": skew, "natural, seed 1": skew.copy(), "iid, seed 0": even}
+    fig = heatmaps_figure(histograms, lambda h: heterogeneity(h).caption())
+    titles = [
+        ax.get_title()
+        for ax in fig.axes
+        if any(isinstance(a, AxesImage) for a in ax.get_children())
+    ]
+    assert titles == [
+        f"natural, seed 0, 1\n{heterogeneity(skew).caption()}",
+        f"iid, seed 0\n{heterogeneity(even).caption()}",
+    ]
+    # one class of four each: Hellinger sqrt(1 - sqrt(1/4)), earth mover's 2 (1 - 1/4)
+    assert "Hellinger 0.707" in titles[0] and "EMD 1.500" in titles[0]
+    assert "1.0 of 4 classes a client" in titles[0]
+
+
+def test_the_report_has_a_heterogeneity_row_per_partition(fedhet, tmp_path):
+    from conftest import markdown_tables
+
+    matrix = {"partition": [{"scheme": "iid", "clients": 4}, {"scheme": "classes", "clients": 5}]}
+    spec = {**TINY_SPEC, "federation": {**TINY_SPEC["federation"], "rounds": 1}}
+    path = write_spec(tmp_path / "spec.yaml", spec | {"matrix": matrix})
+    out = tmp_path / "report"
+    result = fedhet("report", path, "--train", "--store", tmp_path / "store", "--out", out)
+    assert result.rc == 0, result.stderr
+    text = (out / "tiny-digits.md").read_text()
+    section = text.split("## Heterogeneity of the partitions")[1].split("\n## ")[0]
+    (table,) = markdown_tables(section.splitlines())
+    assert [row[0] for row in table[2:]] == [
+        "digits iid, 4 clients, seed 3",
+        "digits #C=2, 5 clients, seed 3",
+    ]
+    for row, partition in zip(table[2:], matrix["partition"], strict=True):
+        histogram = partition_stage.spec_partition(parse_spec(spec | {"partition": partition}))
+        h = heterogeneity(histogram.histogram)
+        assert row[1:] == [
+            str(partition["clients"]),
+            f"{h.hellinger:.3f}",
+            f"{h.iid_hellinger:.3f}",
+            f"{h.jensen_shannon:.3f}",
+            f"{h.earth_movers:.3f}",
+            f"{h.classes_held:.1f} of 10",
+            f"{h.size_cv:.2f}",
+            f"{h.size_gini:.2f}",
+        ]

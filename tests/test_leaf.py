@@ -115,7 +115,7 @@ def test_fedavg_and_fedprox_train_on_a_femnist_folder(fedhet: CliRunner, tmp_pat
     store = tmp_path / "store"
     trained = fedhet("train", path, store=store)
     assert trained.rc == 0, trained.stderr
-    assert trained.stderr.count("round 2/2") == 2 and "fedprox" in trained.stdout
+    assert trained.stderr.count("round 2/2") == 2 and "FedProx" in trained.stdout
     scored = fedhet("eval", path, store=store)
     assert scored.rc == 0, scored.stderr
     assert scored.stdout.count("own test sets: client mean") == 2
@@ -130,7 +130,7 @@ def test_the_char_lstm_trains_on_a_shakespeare_folder(fedhet: CliRunner, tmp_pat
     spec["matrix"] = {"algorithm": [{"name": "fedavg"}, tct]}
     result = fedhet("train", write_spec(tmp_path / "s.yaml", spec), store=tmp_path / "store")
     assert result.rc == 0, result.stderr
-    assert "fedavg, natural, seed 0: round 2/2" in result.stderr and "tct" in result.stdout
+    assert "FedAvg, natural, seed 0: round 2/2" in result.stderr and "TCT" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -130,7 +130,7 @@ def test_fedbr_with_mixup_off_keeps_every_key():
     assert explicit.algorithm.plan(explicit).key == off.algorithm.plan(off).key
     on = make_spec({**FEDBR, "mixup": 0.2})
     assert on.algorithm.plan(on).key != off.algorithm.plan(off).key
-    assert on.algorithm.label() == "FedBR + Mixup" and off.algorithm.label() == "FedBR"
+    assert on.algorithm.label() == "FedBR (mixup)" and off.algorithm.label() == "FedBR"
 
 
 # --- FedMix --------------------------------------------------------------------------------

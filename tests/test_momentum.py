@@ -170,7 +170,7 @@ def test_local_momentum_replaces_federations(tmp_path):
 def test_local_momentum_shows_in_the_label_and_only_when_set():
     set_ = parse_spec({"algorithm": {"name": "fedavg", "local_momentum": 0.9}}).algorithm
     unset = parse_spec({"algorithm": {"name": "fedavg"}}).algorithm
-    assert (set_.label(), unset.label()) == ("fedavg(momentum 0.9)", "fedavg")
+    assert (set_.label(), unset.label()) == ("FedAvg (momentum=0.9)", "FedAvg")
     assert "local_momentum" not in unset.model_dump() and set_.model_dump()["local_momentum"] == 0.9
 
 

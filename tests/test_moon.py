@@ -89,7 +89,7 @@ def test_the_local_loss_is_its_definition_with_the_previous_model_as_negative(tm
     client = ClientData(0, x, y)  # the batch is the client's data: every step takes it whole
     job = ClientJob(
         0, client, model, global_state, {}, {PREVIOUS + n: v for n, v in previous.items()},
-        lr, torch_generator(0, "test"), steps,
+        trainer.client_sgd(0, client, lr), torch_generator(0, "test"), steps,
     )  # fmt: skip
     result = trainer.client_update(job)
 

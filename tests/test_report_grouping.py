@@ -15,8 +15,9 @@ from conftest import CliRunner, markdown_tables, write_spec
 from matplotlib.image import imread
 from rich.console import Console
 
+from fedhet.core.sealed import seal
 from fedhet.core.spec import Spec, parse_spec
-from fedhet.core.store import ArtifactStore, seal
+from fedhet.core.store import ArtifactStore
 from fedhet.engine.run_format import write_metrics
 from fedhet.execution.planning import Run, runs_of
 from fedhet.reports.report import markdown_table, write_report
@@ -64,15 +65,15 @@ def test_lr_by_mu_matrix_has_one_group_per_configuration_with_unique_labels():
         assert {other.group for other in same_config} == {run.group}
         assert {other.spec.seed for other in same_config} == {0, 1, 2}
         lr, mu = run.spec.federation.lr, run.spec.algorithm.mu
-        assert (run.algorithm_label, run.setting_label) == (f"fedprox, mu={mu}", f"lr={lr}")
+        assert (run.algorithm_label, run.setting_label) == (f"FedProx (mu={mu})", f"lr={lr}")
     assert len(labels(runs)) == 4 and len(set(labels(runs).values())) == 4
 
 
 def test_partitions_differing_only_in_clients_are_told_apart():
     runs = runs_of(matrix_spec(CLIENTS))
     assert sorted(set(labels(runs).values())) == [
-        ("fedprox", "alpha=0.3, clients=4"),
-        ("fedprox", "alpha=0.3, clients=6"),
+        ("FedProx", "alpha=0.3, clients=4"),
+        ("FedProx", "alpha=0.3, clients=6"),
     ]
     for run in runs:
         assert run.setting_label.endswith(f"clients={run.spec.partition.clients}")
@@ -110,7 +111,10 @@ def test_tct_runs_group_over_seeds_though_their_partitions_are_keyed_by_seed():
     by_lr = {lr: {r.group for r in runs if r.spec.algorithm.stage2.lr == lr} for lr in (1e-3, 1e-2)}
     assert all(len(groups) == 1 for groups in by_lr.values())
     assert by_lr[1e-3] != by_lr[1e-2]
-    assert {run.algorithm_label for run in runs} == {"tct, stage2.lr=0.001", "tct, stage2.lr=0.01"}
+    assert {run.algorithm_label for run in runs} == {
+        "TCT (stage2.lr=0.001)",
+        "TCT (stage2.lr=0.01)",
+    }
 
 
 # --- the report on synthetic stored results -------------------------------------------------
@@ -160,9 +164,9 @@ def test_lr_by_mu_report_averages_each_configuration_over_its_own_seeds(tmp_path
     best = {run.node.key: accuracy_of(run) for run in runs}
     accuracy, *_, cost, _stages, per_run = report_tables(spec, tmp_path, best)
     assert accuracy[0] == ["algorithm", "lr=0.1", "lr=0.05"]
-    assert [row[0] for row in accuracy[2:]] == ["fedprox, mu=0.01", "fedprox, mu=0.1"]
+    assert [row[0] for row in accuracy[2:]] == ["FedProx (mu=0.01)", "FedProx (mu=0.1)"]
     for row in accuracy[2:]:
-        mu = float(row[0].split("mu=")[1])
+        mu = float(row[0].split("mu=")[1].rstrip(")"))
         for lr, cell in zip((0.1, 0.05), row[1:], strict=True):
             seeds = [0.3 + lr + 2 * mu + 0.01 * seed for seed in (0, 1, 2)]
             assert cell == mean_std_cell(seeds)
@@ -198,8 +202,8 @@ def test_stage_table_gives_each_stage_its_mean_stored_seconds_over_seeds(tmp_pat
     assert stages[0] == ["algorithm", "setting", "seeds", "partition", "train", "total"]
     by_cell = {(row[0], row[1]): row[2:] for row in stages[2:]}
     # partition: seeds 0, 1, 2 -> 1, 2, 3 s; train: 10 * seed + 100 * lr
-    assert by_cell["fedprox, mu=0.01", "lr=0.1"] == ["3", "2.0", "20.0", "22.0"]
-    assert by_cell["fedprox, mu=0.1", "lr=0.05"] == ["3", "2.0", "15.0", "17.0"]
+    assert by_cell["FedProx (mu=0.01)", "lr=0.1"] == ["3", "2.0", "20.0", "22.0"]
+    assert by_cell["FedProx (mu=0.1)", "lr=0.05"] == ["3", "2.0", "15.0", "17.0"]
 
 
 def test_partitions_differing_in_clients_get_their_own_columns_and_numbers(tmp_path):
@@ -220,10 +224,10 @@ def test_a_cell_with_one_seed_shows_no_spread(tmp_path):
     accuracy, rounds_to_reference, *_ = report_tables(
         spec, tmp_path, {run.node.key: accuracy_of(run) for run in runs}
     )
-    assert accuracy[2] == ["fedprox", "42.00 (n=1)", "37.00 (n=1)"]
+    assert accuracy[2] == ["FedProx", "42.00 (n=1)", "37.00 (n=1)"]
     assert "±" not in "".join(accuracy[2])
     # the reference (the only row) reaches its own best in the last round
-    assert rounds_to_reference[2] == ["fedprox", "2.0 (1/1)", "2.0 (1/1)"]
+    assert rounds_to_reference[2] == ["FedProx", "2.0 (1/1)", "2.0 (1/1)"]
 
 
 def test_two_groups_under_one_label_never_share_a_cell():
@@ -250,7 +254,7 @@ def test_eval_and_report_name_the_missing_runs_and_exit_2(fedhet: CliRunner, tmp
         assert result.rc == 2, result.stderr
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith(
-            "error: 2 of 2 runs are not stored (fedprox, alpha=0.3, seed 0 (train "
+            "error: 2 of 2 runs are not stored (FedProx, alpha=0.3, seed 0 (train "
         )
         assert all(key in line for key in keys)
         assert line.endswith(f"run `fedhet train {spec}` first or pass --train")
@@ -270,7 +274,7 @@ def test_report_with_train_trains_then_reads_what_it_stored(fedhet: CliRunner, t
         float(np.nanmax(stored.open("train", run.node.key)["metrics"]["test_accuracy"][:]))
         for run in runs_of(parse_spec({**BASE, "matrix": {"seed": [0, 1]}}))
     ]
-    assert accuracy[2] == ["fedprox", mean_std_cell(bests)]
+    assert accuracy[2] == ["FedProx", mean_std_cell(bests)]
     curves = imread(out / "seeds.png")[..., :3]
     blue = np.all(np.abs(curves - np.array([0x1F, 0x77, 0xB4]) / 255) < 0.05, axis=-1)
     assert blue.sum() > 200  # the curves are drawn (matplotlib's first line colour)

@@ -96,7 +96,7 @@ def test_the_artifact_records_the_spec_as_run(fedhet: CliRunner, tmp_path: Path)
     (train,) = [a for a in ArtifactStore(store).ls() if a.stage == "train"]
     as_run = train.attrs["spec"]
     assert as_run["federation"]["rounds"] == 1 and as_run["seed"] == 4
-    assert as_run["model"]["hidden"] == [16] and train.attrs["label"] == "fedavg, alpha=0.5, seed 4"
+    assert as_run["model"]["hidden"] == [16] and train.attrs["label"] == "FedAvg, alpha=0.5, seed 4"
 
 
 # --- 2./3. plan, runs, artifacts ls/rm/gc ----------------------------------------------------
@@ -127,7 +127,7 @@ def test_plan_shows_stored_partial_and_missing_stages_once(
     spec, store = trained
     missing_fedavg = next(
         r for r in as_json(fedhet("plan", spec, "--format", "json", store=store))
-        if r["stage"] == "train" and r["run"] == "fedavg, alpha=0.5, seed 2"
+        if r["stage"] == "train" and r["run"] == "FedAvg, alpha=0.5, seed 2"
     )  # fmt: skip
     # a checkpoint after round 1 of 2 in the missing run's partial area
     full_key = _full_key(fedhet, spec, missing_fedavg["key"])
@@ -140,17 +140,17 @@ def test_plan_shows_stored_partial_and_missing_stages_once(
     states = {(r["run"], r["stage"]): r for r in rows}
     assert len(rows) == 3 + 6  # one partition per seed (shared by both algorithms), 6 trainings
     assert {r["state"] for r in rows if "seed 2" not in r["run"]} == {"stored"}
-    assert states["fedavg, alpha=0.5, seed 2", "partition"]["state"] == "missing"
-    assert states["fedavg, alpha=0.5, seed 2", "partition"]["runs"] == 2
-    assert states["fedavg, alpha=0.5, seed 2", "train"]["state"] == "partial (round 1 of 2)"
-    assert states["scaffold, alpha=0.5, seed 2", "train"]["state"] == "missing"
+    assert states["FedAvg, alpha=0.5, seed 2", "partition"]["state"] == "missing"
+    assert states["FedAvg, alpha=0.5, seed 2", "partition"]["runs"] == 2
+    assert states["FedAvg, alpha=0.5, seed 2", "train"]["state"] == "partial (round 1 of 2)"
+    assert states["SCAFFOLD, alpha=0.5, seed 2", "train"]["state"] == "missing"
     # estimated from seeds 0 and 1 (same stage and shape): the partial run needs half the time
-    partial_left = states["fedavg, alpha=0.5, seed 2", "train"]["seconds_left"]
+    partial_left = states["FedAvg, alpha=0.5, seed 2", "train"]["seconds_left"]
     unseen = as_json(fedhet("plan", spec, "matrix.seed=[3]", "--format", "json", store=store))
     full_left = {r["run"].split(",")[0]: r["seconds_left"] for r in unseen if r["stage"] == "train"}
-    assert partial_left > 0 and partial_left == pytest.approx(full_left["fedavg"] / 2)
-    assert full_left["scaffold"] > 0
-    assert states["scaffold, alpha=0.5, seed 2", "train"]["seconds_left"] == full_left["scaffold"]
+    assert partial_left > 0 and partial_left == pytest.approx(full_left["FedAvg"] / 2)
+    assert full_left["SCAFFOLD"] > 0
+    assert states["SCAFFOLD, alpha=0.5, seed 2", "train"]["seconds_left"] == full_left["SCAFFOLD"]
     assert "6 stored, 1 partial, 2 missing; about" in result.stdout
     other = as_json(fedhet("plan", spec, "model.hidden=[8]", "--format", "json", store=store))
     assert {r["seconds_left"] for r in other if r["stage"] == "train"} == {None}  # no estimate
@@ -166,8 +166,8 @@ def test_runs_lists_results_and_filters(fedhet: CliRunner, trained: tuple[Path, 
     spec, store = trained
     rows = as_json(fedhet("runs", spec, "--format", "json", store=store))
     assert [(r["algorithm"], r["seed"], r["state"]) for r in rows] == [
-        ("fedavg", 0, "stored"), ("scaffold", 0, "stored"), ("fedavg", 1, "stored"),
-        ("scaffold", 1, "stored"), ("fedavg", 2, rows[4]["state"]), ("scaffold", 2, "missing"),
+        ("FedAvg", 0, "stored"), ("SCAFFOLD", 0, "stored"), ("FedAvg", 1, "stored"),
+        ("SCAFFOLD", 1, "stored"), ("FedAvg", 2, rows[4]["state"]), ("SCAFFOLD", 2, "missing"),
     ]  # fmt: skip
     stored = [r for r in rows if r["state"] == "stored"]
     assert all(0 < r["final_pct"] <= r["best_test_pct"] <= 100 for r in stored)
@@ -177,7 +177,7 @@ def test_runs_lists_results_and_filters(fedhet: CliRunner, trained: tuple[Path, 
     )
     assert [r["seed"] for r in scaffold] == [0, 1, 2]
     missing = as_json(fedhet("runs", spec, "--state", "missing", "--format", "json", store=store))
-    assert ("scaffold", 2) in [(r["algorithm"], r["seed"]) for r in missing]
+    assert ("SCAFFOLD", 2) in [(r["algorithm"], r["seed"]) for r in missing]
 
 
 def test_artifacts_ls_names_runs_by_label_and_filters(
@@ -186,7 +186,7 @@ def test_artifacts_ls_names_runs_by_label_and_filters(
     spec, store = trained
     rows = as_json(fedhet("artifacts", "ls", "--format", "json", store=store))
     labels = {r["label"] for r in rows if r["stage"] == "train"}
-    assert labels == {f"{a}, alpha=0.5, seed {s}" for a in ("fedavg", "scaffold") for s in (0, 1)}
+    assert labels == {f"{a}, alpha=0.5, seed {s}" for a in ("FedAvg", "SCAFFOLD") for s in (0, 1)}
     partitions = [r["label"] for r in rows if r["stage"] == "partition"]
     assert sorted(partitions) == [f"digits alpha=0.5, 4 clients, seed {s}" for s in (0, 1)]
     only = as_json(
@@ -194,8 +194,8 @@ def test_artifacts_ls_names_runs_by_label_and_filters(
                "json", store=store)
     )  # fmt: skip
     assert {r["label"] for r in only} == {
-        "scaffold, alpha=0.5, seed 0",
-        "scaffold, alpha=0.5, seed 1",
+        "SCAFFOLD, alpha=0.5, seed 0",
+        "SCAFFOLD, alpha=0.5, seed 1",
     }
     other = write(spec.with_name("other.yaml"), seed=1)  # seed 1's partition and fedavg run
     mine = as_json(fedhet("artifacts", "ls", "--spec", other, "--format", "json", store=store))

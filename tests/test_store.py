@@ -91,7 +91,7 @@ def test_killed_writer_leaves_no_published_entry_and_gc_cleans_up(store: Artifac
     assert store.ls() == []
     with pytest.raises(InputError):
         store.find(KEY[:6])
-    assert sorted(p.name for p in store.gc()) == sorted([temporary.name, f"{KEY}.lock"])
+    assert sorted(Path(p).name for p in store.gc()) == sorted([temporary.name, f"{KEY}.lock"])
     assert list((store.root / "demo").iterdir()) == []
 
 
@@ -101,7 +101,7 @@ def test_gc_keeps_published_artifacts_and_removes_finished_checkpoints(store: Ar
     publish(store, "demo", KEY)  # publishing removes its own checkpoints
     assert not store.partial_dir("demo", KEY).exists()
     store.partial_dir("demo", KEY).mkdir()  # left by a crash after publishing
-    removed = {p.name for p in store.gc()}
+    removed = {Path(p).name for p in store.gc()}
     assert removed == {f"{KEY}.partial"}  # the lock file went when its writer released it
     assert store.exists("demo", KEY) and store.verify("demo", KEY) == []
 

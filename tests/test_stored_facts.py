@@ -25,8 +25,9 @@ from fedhet.api import load
 from fedhet.core import divergence
 from fedhet.core.errors import DamagedArtifactError, DivergedError
 from fedhet.core.pipeline import RunContext, ensure
+from fedhet.core.sealed import ATTRIBUTES_CHECKSUM, METADATA_CHECKSUMS, arrays
 from fedhet.core.spec import load_spec
-from fedhet.core.store import ATTRIBUTES_CHECKSUM, METADATA_CHECKSUMS, ArtifactStore, arrays
+from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import runs_of
 from fedhet.process.interrupts import Interrupted
 

@@ -127,8 +127,10 @@ def test_each_stage_key_depends_on_its_own_settings_and_upstream_only() -> None:
 
 
 def test_labels_name_the_stage2_variant() -> None:
-    assert make_spec().algorithm.label() == "tct"
-    assert make_spec(**{"algorithm.stage2.algorithm": "gd"}).algorithm.label() == "tct-gd"
+    assert make_spec().algorithm.label() == "TCT"
+    assert (
+        make_spec(**{"algorithm.stage2.algorithm": "gd"}).algorithm.label() == "TCT (stage 2 by gd)"
+    )
 
 
 # --- the entk artifact ------------------------------------------------------------------

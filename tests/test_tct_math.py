@@ -9,10 +9,8 @@ from torch.func import functional_call
 
 from fedhet.core.errors import InputError, RunError
 from fedhet.core.spec import ModelSpec
-from fedhet.methods.tct import entk
+from fedhet.methods.tct import per_sample
 from fedhet.methods.tct.entk import (
-    _FULL_SAMPLES,
-    FeatureMoments,
     coordinate_mask,
     entk_features,
     entk_features_loop,
@@ -20,6 +18,8 @@ from fedhet.methods.tct.entk import (
     reinit_head,
     trainable_parameter_count,
 )
+from fedhet.methods.tct.moments import FeatureMoments
+from fedhet.methods.tct.per_sample import _FULL_SAMPLES
 from fedhet.methods.tct.regression import centered_one_hot, lstsq_loss, predict, solve
 from fedhet.models import build_model
 
@@ -110,7 +110,7 @@ def test_uncommon_layers_and_reused_modules_match_the_loop(
     conv_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a convolution gathers the selected pairs or takes its whole per-sample gradient, by cost
-    monkeypatch.setattr(entk, "_GATHER_COST", 0 if conv_path == "gather" else 10**9)
+    monkeypatch.setattr(per_sample, "_GATHER_COST", 0 if conv_path == "gather" else 10**9)
     model = _UncommonLayers()
     coords = coordinate_mask(trainable_parameter_count(model), 10_000, seed=0)
     x = torch.randn(6, 2, 8, 8, generator=torch.Generator().manual_seed(3))
@@ -122,7 +122,7 @@ def test_uncommon_layers_and_reused_modules_match_the_loop(
 def test_both_convolution_paths_match_the_loop_on_a_strided_resnet(
     conv_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(entk, "_GATHER_COST", 0 if conv_path == "gather" else 10**9)
+    monkeypatch.setattr(per_sample, "_GATHER_COST", 0 if conv_path == "gather" else 10**9)
     model = _model("resnet20_bn")
     coords = coordinate_mask(trainable_parameter_count(model), 400, seed=4)
     x = _inputs("resnet20_bn", 7)

@@ -68,10 +68,14 @@ def check_live_equals_export(fedhet, spec: Path, store: Path, live: Path, tmp: P
         assert scalars(run_folder(live, run.label)) == written
         metrics = ArtifactStore(store).open(run.node.stage, run.node.key)["metrics"]
         for name, array in metrics.arrays():
-            expected = [(r + 1, v) for r, v in enumerate(array[:]) if not math.isnan(v)]
-            steps, values = zip(*written.get(name, []), strict=True) if expected else ((), ())
+            # in the unit of every table, named with it: accuracies in percent as `_pct`
+            tag = f"{name}_pct" if name.endswith("accuracy") else name
+            shown = 100 * array[:] if tag != name else array[:]
+            expected = [(r + 1, v) for r, v in enumerate(shown) if not math.isnan(v)]
+            steps, values = zip(*written.get(tag, []), strict=True) if expected else ((), ())
             assert list(steps) == [step for step, _ in expected], name
             np.testing.assert_allclose(values, [v for _, v in expected], rtol=1e-6)  # float32
+        assert "test_accuracy" not in written and written["test_accuracy_pct"]
         found.append(written)
     return found
 
@@ -82,14 +86,15 @@ def test_live_and_exported_events_are_the_stored_metrics(fedhet, tmp_path):
         steps, rates = zip(*written["learning_rate"], strict=True)
         assert steps == (1, 2, 3)
         np.testing.assert_allclose(rates, [0.05, 0.05 * 0.9, 0.05 * 0.81], rtol=1e-6)
-        assert [step for step, _ in written["test_accuracy"]] == [2, 3]  # evaluated rounds only
+        assert [step for step, _ in written["test_accuracy_pct"]] == [2, 3]  # evaluated only
+        assert all(1 < value <= 100 for _, value in written["test_accuracy_pct"])  # not 0-1
 
 
 def test_tct_events_cover_both_stages_with_their_learning_rates(fedhet, tmp_path):
     spec, store, live = train_live(fedhet, tmp_path, TCT)
     (written,) = check_live_equals_export(fedhet, spec, store, live, tmp_path)
     np.testing.assert_allclose([v for _, v in written["learning_rate"]], [0.05] * 2 + [1e-3] * 2)
-    assert [step for step, _ in written["test_accuracy"]] == [3, 4]  # stage 2 only
+    assert [step for step, _ in written["test_accuracy_pct"]] == [3, 4]  # stage 2 only
     (run,) = runs_of(load_spec(spec))
     assert [folder.name for folder in live.iterdir()] == [run_folder(live, run.label).name]
 
@@ -119,10 +124,10 @@ def test_run_folders_are_safe_names_and_the_events_hold_the_label(fedhet, tmp_pa
     runs = runs_of(load_spec(spec))
     folders = sorted(p.name for p in (tmp_path / "tb").iterdir())
     assert [run.label for run in runs] == [
-        "fedavg, alpha=0.5, seed 3",
-        "scaffold, alpha=0.5, seed 3",
+        "FedAvg, alpha=0.5, seed 3",
+        "SCAFFOLD, alpha=0.5, seed 3",
     ]
-    assert folders == ["fedavg_alpha=0.5_seed_3", "scaffold_alpha=0.5_seed_3"]
+    assert folders == ["FedAvg_alpha=0.5_seed_3", "SCAFFOLD_alpha=0.5_seed_3"]
     for run in runs:
         events = EventAccumulator(str(run_folder(tmp_path / "tb", run.label)))
         events.Reload()

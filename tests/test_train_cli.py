@@ -244,9 +244,12 @@ def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatc
     code, _, _ = fedhet(monkeypatch, capsys, *args, "--train")
     assert code == 0
     lines = (out_dir / "grid.md").read_text().splitlines()
-    accuracy, rounds, speedup, *paired, plateau, cost, stages, _ = markdown_tables(lines)
+    tables = markdown_tables(lines)
+    accuracy, rounds, speedup, *paired, plateau, heterogeneity, cost, stages, _ = tables
     assert len(paired) == 5  # best, final, last tenth, all rounds, rounds to target
     assert plateau[0][:3] == ["algorithm", "setting", "rounds compared"]
+    assert heterogeneity[0][:3] == ["partition", "clients", "Hellinger"]
+    assert [row[1] for row in heterogeneity[2:]] == ["3", "3"]  # a row per partition
     assert accuracy[0] == rounds[0] == speedup[0] == ["algorithm", "iid", "#C=4"]
     assert stages[0] == ["algorithm", "setting", "seeds", "partition", "train", "total"]
     best_cells = {row[0]: row[1:] for row in accuracy[2:]}
@@ -255,7 +258,7 @@ def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatc
     fedavg_best = {}
     cost_rows = {(row[0], row[1]): row[3:] for row in cost[2:]}
     assert [row[2] for row in cost[2:]] == ["1"] * 4  # seeds per group
-    assert list(best_cells) == ["fedavg", "fedprox"] and len(cost_rows) == 4
+    assert list(best_cells) == ["FedAvg", "FedProx"] and len(cost_rows) == 4
     store = ArtifactStore(tmp_path / "store")
     for run in runs_of(load_spec(spec)):
         column = ["iid", "#C=4"].index(run.setting_label)
@@ -265,10 +268,10 @@ def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatc
         assert best_cells[run.algorithm_label][column] == best
         reached = [i + 1 for i, a in enumerate(accuracies) if a >= 0.2]
         assert round_cells[run.algorithm_label][column] == f"{float(reached[0]):.1f} (1/1)"
-        if run.algorithm_label == "fedavg":  # the reference: rounds to its own best
+        if run.algorithm_label == "FedAvg":  # the reference: rounds to its own best
             fedavg_best[column] = np.nanmax(accuracies)
             best_round = float(np.nanargmax(accuracies) + 1)
-            assert speedup_cells["fedavg"][column] == f"{best_round:.1f} (1/1)"
+            assert speedup_cells["FedAvg"][column] == f"{best_round:.1f} (1/1)"
         else:
             reached = [i + 1 for i, a in enumerate(accuracies) if a >= fedavg_best[column]]
             expected = f"{float(reached[0]):.1f} (1/1)" if reached else "never (0/1)"
@@ -276,7 +279,7 @@ def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatc
         seconds, relative, up, down, trips = cost_rows[run.algorithm_label, run.setting_label]
         assert up == f"{np.mean(metrics['bytes_up'][:]) / 1e6:.3f}" and trips == "1.0"
         assert seconds == f"{np.mean(metrics['wall_time'][1:]):.3f}"  # after the first round
-        assert relative == "1.00" if run.algorithm_label == "fedavg" else float(relative) > 0
+        assert relative == "1.00" if run.algorithm_label == "FedAvg" else float(relative) > 0
     assert (out_dir / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert_curves_drawn(out_dir / "grid.png", panels=(2, 2))
 

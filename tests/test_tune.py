@@ -20,9 +20,10 @@ import torch
 from conftest import REPO, CliRunner, cli_env, write_spec
 from rich.console import Console
 
+from fedhet import load as fedhet_load
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.data import datasets
+from fedhet.data import datasets, digits
 from fedhet.execution.planning import runs_of
 from fedhet.execution.train import Options
 from fedhet.tuning.groups import tune_groups
@@ -84,25 +85,25 @@ def test_the_docs_example_runs_as_written(fedhet: CliRunner, tmp_path: Path):
         )
         assert result.rc == 0, f"{line}\n{result.stderr}"
     assert "valid (9 runs)" in results["spec"].stdout
-    assert "13 stages: 13 missing" in results["plan"].stdout  # 12 trial runs, a partition
+    assert "14 stages: 14 missing" in results["plan"].stdout  # 12 trials, a partition, the outcome
     assert results["tune"].stdout.count("alpha=0.1") == 3  # a choice per method
     again = results["tune --trials"]
     assert "computing" not in again.stderr and "reusing the stored artifact" in again.stderr
     assert again.stdout.count("yes") == 3  # the chosen trial of each method
     report = (tmp_path / "report" / "tune_digits_tuned.md").read_text()
     assert "## Tuning" in report and "4 trials per method, the same for every method" in report
-    assert "## Paired differences against fedavg" in report
+    assert "## Paired differences against FedAvg" in report
 
 
 def _permuted_test_labels(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = datasets._load_digits
+    original = digits.read
 
-    def permuted() -> Any:
-        raw = original()
+    def permuted(*args: Any) -> Any:
+        raw = original(*args)
         order = torch.randperm(len(raw.test_labels), generator=torch.Generator().manual_seed(0))
-        return dataclasses.replace(raw, test_labels=raw.test_labels[order])
+        return dataclasses.replace(raw, test_labels=raw.test_labels[order.numpy()])
 
-    monkeypatch.setattr(datasets, "_load_digits", permuted)
+    monkeypatch.setattr(digits, "read", permuted)
 
 
 def _tuned(root: Path) -> tuple[list[tuple[Any, ...]], ArtifactStore]:
@@ -148,12 +149,47 @@ def test_a_second_or_larger_tune_reuses_every_trial(fedhet: CliRunner, tmp_path)
     assert "computing" not in again.stderr and "reusing the stored artifact" in again.stderr
     assert again.stdout.count("yes") == 2
     plan = fedhet("plan", tune_spec(tmp_path), "--tune", store=store)
-    assert "5 stages: 5 stored; nothing left to run" in plan.stdout
+    assert "6 stages: 6 stored; nothing left to run" in plan.stdout  # the tune's outcome too
     # a trial shared by two methods' grids (here: a repeated point) is one run
     twice = tune_spec(tmp_path, "twice.yaml", space={"federation.lr": {"grid": [0.3, 0.3]}})
     shared = fedhet("tune", twice, store=store)
     assert shared.rc == 0, shared.stderr
     assert "tune: 4 trial runs, 2 not stored" in shared.stderr
+
+
+def test_plan_tune_shows_a_damaged_tune_outcome_as_artifacts_verify_does(
+    fedhet: CliRunner, tmp_path, capsys
+):
+    store = tmp_path / "store"
+    spec = tune_spec(tmp_path, trials=1, space={"federation.lr": {"grid": [0.2]}})
+    assert fedhet("tune", spec, store=store).rc == 0
+    (outcome,) = (store / "tune").glob("*.zarr")
+    key = outcome.name.removesuffix(".zarr")
+    metadata = outcome / "zarr.json"  # an attribute changed behind the store's back
+    metadata.write_text(metadata.read_text().replace('"best_val"', '"final_val"', 1))
+    verified = fedhet("artifacts", "verify", key[:12], store=store)
+    assert verified.rc == 1 and "zarr.json: its attributes fail their checksum" in verified.stdout
+    plan = fedhet("plan", spec, "--tune", "--format", "json", store=store)
+    assert plan.rc == 0, plan.stderr
+    rows = json.loads(plan.stdout)
+    assert [r["stage"] for r in rows] == ["partition", "train", "train", "tune"]
+    assert rows[-1]["key"] == key[:10]
+    assert rows[-1]["state"] == "damaged: zarr.json: its attributes fail their checksum"
+    (line,) = plan.stderr.strip().splitlines()
+    assert line.startswith(f"warning: tune/{key[:12]} is damaged: zarr.json: its attributes")
+    assert line.endswith(
+        f"`fedhet artifacts rm {key[:12]}`, then `fedhet tune {spec}` recomputes it"
+    )
+    table = fedhet("plan", spec, "--tune", store=store)
+    assert "4 stages: 3 stored, 1 damaged; no time estimate" in " ".join(table.stdout.split())
+    assert "nothing left to run" not in table.stdout and "Traceback" not in table.stderr
+    # fedhet.load(...).plan(tune=True): the same rows, the remedy a call to make
+    frame = fedhet_load(spec, store=store).plan(tune=True)
+    assert frame["state"].iloc[-1] == rows[-1]["state"]
+    assert frame.attrs["summary"] == "4 stages: 3 stored, 1 damaged; no time estimate"
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    call = f"fedhet.load({str(spec)!r}, store={str(store)!r})"
+    assert line.endswith(f"`fedhet artifacts rm {key[:12]}`, then `{call}.tune()` recomputes it")
 
 
 def test_the_choices_do_not_depend_on_jobs(fedhet: CliRunner, tmp_path):

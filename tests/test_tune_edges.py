@@ -179,7 +179,7 @@ def test_a_range_at_its_edge_is_flagged_and_left_to_widen():
     tried = [t.values["federation.lr"] for t in outcome.selections[0].trials]
     assert len(tried) == 4 and outcome.selections[0].values["federation.lr"] == max(tried)
     (note,) = edge_notes(outcome)
-    assert note.startswith("fedavg (iid): lr=") and note.endswith(
+    assert note.startswith("FedAvg (iid): lr=") and note.endswith(
         "is the highest value tried: the optimum may lie above; widen the range"
     )
 
@@ -270,7 +270,7 @@ def test_a_choice_at_the_grids_edge_is_flagged_then_extended_reusing_the_stored_
     trials = json.loads(first.stdout)
     scores = {t["values"]: t["val_score_pct"] for t in trials}
     assert scores["lr=0.01"] > scores["lr=0.003"] > scores["lr=0.001"]  # as the spec intends
-    flag = "fedavg (iid): lr=0.01 is the highest value tried: the optimum may lie above; extend "
+    flag = "FedAvg (iid): lr=0.01 is the highest value tried: the optimum may lie above; extend "
     (warning,) = [line for line in first.stderr.splitlines() if line.startswith("warning:")]
     assert warning.startswith(f"warning: {flag}the grid (tune.extend_edges")
     assert warning in (REPO / "docs" / "how-to" / "tune.md").read_text()  # quoted word for word
@@ -286,7 +286,7 @@ def test_a_choice_at_the_grids_edge_is_flagged_then_extended_reusing_the_stored_
     before = _train_keys(store)
 
     plan = fedhet("plan", spec, "tune.extend_edges=1", "--tune", store=store)
-    assert plan.rc == 0 and "5 stages: 4 stored, 1 missing" in plan.stdout  # 0.03's run
+    assert plan.rc == 0 and "6 stages: 4 stored, 2 missing" in plan.stdout  # 0.03, the outcome
 
     extended = fedhet(
         "tune", spec, "tune.extend_edges=1", "--trials", "--format", "json", store=store
@@ -294,8 +294,8 @@ def test_a_choice_at_the_grids_edge_is_flagged_then_extended_reusing_the_stored_
     assert extended.rc == 0, extended.stderr
     assert "tune: 3 trial runs, 0 not stored" in extended.stderr  # the stored trials, read
     assert "tune: 4 trial runs, 1 not stored" in extended.stderr
-    assert extended.stderr.count("computing (fedavg trial") == 1
-    assert "computing (fedavg trial 3 (lr=0.03), iid, seed 7)" in extended.stderr
+    assert extended.stderr.count("computing (FedAvg trial") == 1
+    assert "computing (FedAvg trial 3 (lr=0.03), iid, seed 7)" in extended.stderr
     rows = json.loads(extended.stdout)
     assert [r["values"] for r in rows] == ["lr=0.001", "lr=0.003", "lr=0.01", "lr=0.03"]
     same = ("values", "val_score_pct", "keys")

@@ -98,13 +98,13 @@ def test_the_report_and_compare_agree_in_points(fedhet, trained, api, tmp_path):
     paired = experiment.compare()
     best = paired[paired.metric == BEST].iloc[0]
     seeds = runs.set_index(["algorithm", "seed"]).best_test_pct
-    differences = [seeds["centralized", s] - seeds["fedavg", s] for s in (0, 1)]
+    differences = [seeds["Centralized", s] - seeds["FedAvg", s] for s in (0, 1)]
     assert best.unit == units.POINTS and best.differences == pytest.approx(differences)
     assert best.mean_difference == pytest.approx(np.mean(differences)) and best.mean_difference > 10
     assert fedhet("report", spec, "--out", tmp_path, store=store).rc == 0
     text = (tmp_path / "units.md").read_text()
     accuracy = markdown_tables(text.splitlines())[0]
-    for algorithm in ("fedavg", "centralized"):
+    for algorithm in ("FedAvg", "Centralized"):
         (cell,) = [row[1] for row in accuracy if row[0] == algorithm]
         mean = float(cell.split(" ± ")[0])
         assert mean == pytest.approx(np.mean([seeds[algorithm, s] for s in (0, 1)]), abs=0.005)

@@ -6,6 +6,8 @@ ragged batches: the one client step of each method, run for a cohort and for one
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -13,6 +15,12 @@ from fedhet.core.spec import Spec, parse_spec
 from fedhet.data.datasets import load_dataset
 from fedhet.engine.client_executors import VectorizedExecutor
 from fedhet.engine.client_step import ClientStep
+from fedhet.engine.cohort_gradients import (
+    StackedGradients,
+    VmapGradients,
+    cohort_gradients,
+    linear_chain,
+)
 from fedhet.engine.executor import ClientDiverged
 from fedhet.engine.loop import Engine
 from fedhet.engine.trainer import ClientJob, ClientResult
@@ -21,12 +29,8 @@ from fedhet.engine.vectorized import (
     CohortDivergence,
     CohortResult,
     SGDSettings,
-    StackedGradients,
-    VmapGradients,
     cannot_vectorize,
     client_inputs,
-    cohort_gradients,
-    linear_chain,
     train_cohort,
 )
 from fedhet.models import build_model
@@ -114,9 +118,7 @@ def vectorized(engine: Engine, jobs: list[ClientJob], **options) -> list[CohortR
         )
         for job in jobs
     ]
-    fed = algo.fed
-    settings = SGDSettings(head.lr, fed.momentum, fed.weight_decay)
-    return train_cohort(engine.model, head.global_state, inputs, settings, step, **options)
+    return train_cohort(engine.model, head.global_state, inputs, head.sgd, step, **options)
 
 
 def gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -171,7 +173,7 @@ def test_divergence_names_the_first_diverged_client_and_its_step(tmp_path):
     engine = Engine.from_spec(make_spec(ALGORITHMS["fedavg"], MODELS["mlp"]), tmp_path)
     seq_jobs, cohort_jobs, vec_jobs = round_jobs(engine), round_jobs(engine), round_jobs(engine)
     for job in seq_jobs + cohort_jobs + vec_jobs:
-        job.lr = 1e4
+        job.sgd = replace(job.sgd, lr=1e4)
     with pytest.raises(ClientDiverged) as sequential:
         for job in seq_jobs:
             engine.train_client(job)

@@ -77,7 +77,8 @@ def job(algorithm: Trainer, model: nn.Module, global_state: dict | None = None) 
     state = global_state or {k: v.detach().clone() for k, v in model.state_dict().items()}
     client = algorithm.setup.clients[0]
     steps = num_local_steps(algorithm.fed, client.n)
-    return ClientJob(0, client, model, state, {}, {}, 0.05, torch_generator(0, "test"), steps)
+    sgd = algorithm.client_sgd(0, client, 0.05)
+    return ClientJob(0, client, model, state, {}, {}, sgd, torch_generator(0, "test"), steps)
 
 
 def batch(algorithm: Trainer, size: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,15 +144,15 @@ def test_virtual_artifact_holds_the_generated_images(store):
 
 
 def test_labels_and_off_option_leaving_the_config_as_before():
-    assert spec_with(vhl()).algorithm.label() == "fedavg+VHL(noise)"
+    assert spec_with(vhl()).algorithm.label() == "FedAvg+VHL (noise generator)"
     assert spec_with({"name": "fedprox", "vhl": {"variant": "naive"}}).algorithm.label() == (
-        "fedprox+naive VHL"
+        "FedProx+naive VHL"
     )
     assert spec_with({"name": "scaffold", "vhl": {"variant": "vfa"}}).algorithm.label() == (
-        "scaffold+VFA"
+        "SCAFFOLD+VFA"
     )
     plain = spec_with({"name": "fednova"}).algorithm
-    assert plain.label() == "fednova" and plain.model_dump() == {"name": "fednova"}
+    assert plain.label() == "FedNova" and plain.model_dump() == {"name": "fednova"}
 
 
 @pytest.mark.parametrize(
@@ -254,7 +255,8 @@ def test_scaffold_with_vhl_still_applies_the_control_correction(store):
     for name, algorithm, server_state in (("fedavg", fedavg, {}), ("scaffold", scaffold, control)):
         model.load_state_dict(start)
         the_job = job(algorithm, model)
-        the_job.server_state, the_job.lr = server_state, 0.1
+        the_job.server_state = server_state
+        the_job.sgd = algorithm.client_sgd(0, the_job.client, 0.1)
         after[name] = algorithm.client_update(the_job).state
     for name in control:  # one SGD step: w_scaffold = w_fedavg - lr * (c - c_i), c_i = 0
         torch.testing.assert_close(after["scaffold"][name], after["fedavg"][name] - 0.05)

@@ -23,8 +23,8 @@ from fedhet import __version__
 from fedhet.cli import artifacts, crash, results, run, signals, spec
 from fedhet.cli.options import HELP_MARKUP, err, load, out, say
 from fedhet.core.errors import FedhetError
+from fedhet.core.sealed import damage_named
 from fedhet.core.spec import Spec
-from fedhet.core.store import damage_named
 from fedhet.process import cores
 from fedhet.process.interrupts import Interrupted
 

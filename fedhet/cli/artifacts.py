@@ -15,7 +15,8 @@ from fedhet.cli.columns import LS_COLUMNS
 from fedhet.cli.options import FormatOpt, StoreOpt, example, group, load, out
 from fedhet.cli.output import Format, show
 from fedhet.core.errors import FedhetError, InputError
-from fedhet.core.store import ATTRIBUTES_CHECKSUM, INTEGRITY, ArtifactStore, arrays
+from fedhet.core.sealed import ATTRIBUTES_CHECKSUM, INTEGRITY, arrays
+from fedhet.core.store import GRACE_S, ArtifactStore
 
 commands = group("Inspect and maintain the artifact store.")
 
@@ -180,10 +181,20 @@ def artifacts_gc(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="only list what would be removed")
     ] = False,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            min=0,
+            help="on an object store: seconds for which a writer's files without a commit "
+            "marker are left alone (it may be at work)",
+        ),
+    ] = GRACE_S,
     store: StoreOpt = None,
 ) -> None:
-    """Remove temporaries of dead writers, finished checkpoints and stale locks."""
-    removed = ArtifactStore(store).gc(dry_run=dry_run)
+    """Remove temporaries of dead writers, finished checkpoints and stale locks (on an object
+    store, on the server too: files without a commit marker, unreferenced objects)."""
+    removed = ArtifactStore(store).gc(dry_run=dry_run, grace_s=grace)
     verb = "would remove" if dry_run else "removed"
     for path in removed:
         out.print(f"{verb} {path}", soft_wrap=True)

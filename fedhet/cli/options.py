@@ -129,16 +129,23 @@ class CommandLine:
         return f"{self.option(name)} {shown}"
 
     def train_first(self, reader: str) -> str:
-        from fedhet.core.store import default_root
-
-        given = [] if self.store in (None, default_root()) else ["--store", self.store]
-        return f"run `{self._command('train', *given)}` first or pass --train"
+        return f"run `{self._command('train', *self._store_option())}` first or pass --train"
 
     def tune_first(self) -> str:
         return f"run `{self._command('tune')}` first"
 
     def train_tuned(self) -> str:
         return f"compute them with `{self._command('report', '--tuned', '--train')}`"
+
+    def retune(self, key: str) -> str:
+        tune = self._command("tune", *self._store_option())
+        return f"`fedhet artifacts rm {key}`, then `{tune}` recomputes it"
+
+    def _store_option(self) -> list[str]:
+        """--store as given, unless it names the default store."""
+        from fedhet.core.store import default_root
+
+        return [] if self.store in (None, default_root()) else ["--store", self.store]
 
     def _command(self, name: str, *options: str) -> str:
         return shlex.join(["fedhet", name, str(self.path), *self.overrides, *options])

@@ -39,14 +39,14 @@ commands = typer.Typer()
     "runs",
     epilog=example(
         "fedhet runs specs/quickstart.yaml",
-        "fedhet runs specs/quickstart.yaml --algorithm scaffold --format csv",
+        "fedhet runs specs/quickstart.yaml --algorithm SCAFFOLD --format csv",
     ),
 )
 @spec_arguments
 def runs(
     given: SpecArgs,
     algorithm: Annotated[
-        str | None, typer.Option(help="only runs of this algorithm (its label, e.g. fedavg)")
+        str | None, typer.Option(help="only runs of this algorithm (its label, e.g. FedAvg)")
     ] = None,
     state: Annotated[
         str | None,

@@ -83,7 +83,8 @@ def partition(
             (err if for_programs else out).print(note)
         heatmaps[label] = part.histogram
     if plot is not None:
-        partition_heatmaps(heatmaps, plot, [figure_format(plot, "--plot")])
+        formats = [figure_format(plot, "--plot")]
+        partition_heatmaps(heatmaps, plot, formats, lambda h: heterogeneity(h).caption())
         (err if for_programs else out).print(f"wrote {plot}")
     if flat:
         keys = [Column("partition", "partition"), Column("key", "key"), *PARTITION_COLUMNS]

@@ -69,25 +69,30 @@ class Norm:
         return 0 if self.kind == "none" else 2 * self.channels  # affine scale and shift
 
 
-@dataclass(frozen=True)
-class ReLU:
+class Parameterless:
+    """A layer that holds no parameters."""
+
     parameters: ClassVar[int] = 0
 
 
 @dataclass(frozen=True)
-class MaxPool:
+class ReLU(Parameterless):
+    """max(0, x), elementwise."""
+
+
+@dataclass(frozen=True)
+class MaxPool(Parameterless):
     size: int
-    parameters: ClassVar[int] = 0
 
 
 @dataclass(frozen=True)
-class GlobalAvgPool:
-    parameters: ClassVar[int] = 0
+class GlobalAvgPool(Parameterless):
+    """The mean of each channel over its positions."""
 
 
 @dataclass(frozen=True)
-class Flatten:
-    parameters: ClassVar[int] = 0
+class Flatten(Parameterless):
+    """Each sample's features as one vector."""
 
 
 @dataclass(frozen=True)
@@ -205,13 +210,8 @@ def _fedbr_cnn(
     for i, (width, stride) in enumerate(zip(widths, (1, 2, 1, 1), strict=True), start=1):
         stages.append(conv_stage(f"conv{i}", c_in, width, stride))
         c_in = width
-    stages.append(Stage("pool", (GlobalAvgPool(), Flatten())))
-    return Architecture(
-        tuple(stages),
-        Linear(c_in, num_classes),
-        widths=widths,
-        widths_field="fedbr_cnn conv (model.width, then 2 * model.width)",
-        shrink="lower model.width",
+    return _pooled(
+        stages, c_in, num_classes, widths, "fedbr_cnn conv (model.width, then 2 * model.width)"
     )
 
 
@@ -242,12 +242,20 @@ def _resnet(model: ModelFields, in_shape: tuple[int, int, int], num_classes: int
             layer.append(block(c_in, width, stride))
             c_in, stride = width, 1
         stages.append(Stage(f"layer{i}", tuple(layer)))
-    stages.append(Stage("pool", (GlobalAvgPool(), Flatten())))
+    return _pooled(stages, c_in, num_classes, widths, "resnet stage (model.width * 2**stage)")
+
+
+def _pooled(
+    stages: list[Stage], c_in: int, num_classes: int, widths: tuple[int, ...], widths_field: str
+) -> Architecture:
+    """A convolutional net on `model.width`: its `stages` (of `c_in` output channels), then a
+    global average pool and the linear head."""
+    pool = Stage("pool", (GlobalAvgPool(), Flatten()))
     return Architecture(
-        tuple(stages),
+        (*stages, pool),
         Linear(c_in, num_classes),
         widths=widths,
-        widths_field="resnet stage (model.width * 2**stage)",
+        widths_field=widths_field,
         shrink="lower model.width",
     )
 

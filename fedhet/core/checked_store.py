@@ -1,7 +1,7 @@
-"""The files of a sealed group (fedhet.core.store.seal) as zarr reads them, each member's metadata
+"""The files of a sealed group (fedhet.core.sealed.seal) as zarr reads them, each member's metadata
 checked as it is read: a member recorded when the group was sealed must be there, and its
 metadata unchanged, else the error `damaged` makes. Every read of an artifact or a checkpoint
-goes through it (fedhet.core.store.open_sealed), so a missing or edited `zarr.json` of any array
+goes through it (fedhet.core.sealed.open_sealed), so a missing or edited `zarr.json` of any array
 or group is a DamagedArtifactError naming it wherever it is read, never a member left out."""
 
 from __future__ import annotations

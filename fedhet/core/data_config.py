@@ -1,10 +1,11 @@
-"""The `data:` block of a dataset plug-in, and the arrays its loader returns.
+"""The `data:` block of a dataset, and the arrays its loader returns.
 
-A dataset plug-in (fedhet's own `arrays` and `synthetic` included) names, under the
-`fedhet.datasets` entry-point group, a subclass of `DataConfig`: its spec block
-(`dataset: Literal["name"]` and its own fields), `describe()` (the sample shape, classes and
-natural clients, known without torch, so planning and `spec validate` stay light), and `loader`,
-the "package.module:function" that returns its data, imported on first use:
+Every dataset, fedhet's own and a plug-in's, names under the `fedhet.datasets` entry-point group
+a subclass of `DataConfig`: its spec block (`dataset: Literal["name"]` and its own fields),
+`describe()` (the sample shape, classes, training samples and natural clients, known without
+torch, so planning and `spec validate` stay light), and `loader`, the "package.module:function"
+that returns its data, imported on first use. fedhet's image datasets are `ImageDataConfig`s
+(fedhet.core.image_data), whose loader reads pixels; every other dataset's returns arrays:
 
     def load(config, seed: int) -> ArrayData
 
@@ -54,12 +55,13 @@ class DataConfig(DataSpec):
     def describe(self) -> DataInfo:
         raise NotImplementedError
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, Any] | None:
         """What enters the partition's key (hence every key built on it) besides the dataset's
-        name: by default its own fields. A dataset read from a file gives the file's hash."""
+        name: by default its own fields. A dataset read from a file gives the file's hash; one
+        that its name alone says (fedhet.core.image_data), None: nothing."""
         return self.model_dump(mode="json", exclude=set(DataSpec.model_fields))
 
-    def keyed_identity(self, found: dict[str, Any] | None = None) -> dict[str, Any]:
+    def keyed_identity(self, found: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The identity the keys name: the first this config computed (when its runs were
         planned). `found` (default: `identity()` now), the identity of the data at hand, must
         equal it: InputError naming the file that changed otherwise."""

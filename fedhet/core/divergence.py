@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from fedhet.core.errors import DivergedError
-from fedhet.core.store import damaged, json_checksum
+from fedhet.core.sealed import damaged, json_checksum
 
 MARKER = "diverged.json"
 CHECKSUM = "checksum"  # of the rest of the record: its `json_checksum`

@@ -5,10 +5,13 @@ group under `<prefix>/<stage>/<key>.zarr/` and then a commit marker `<key>.zarr.
 holding the sha256 of each file: an artifact without its marker is absent, and a file that does
 not match the marker is never read. Two writers of one key write the same bytes; the first
 marker wins. Artifacts are read through a local copy (`cache`, one per store URL under fedhet's
-cache folder), fetched once and then read by the same code as a folder store.
+cache folder), fetched once and then read by the same code as a folder store. A stage's
+checkpoints are groups too, under `<stage>/<key>.partial/` (fedhet.core.object_partial); locks
+are objects (fedhet.core.object_locks).
 
 Credentials come only from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-AWS_ENDPOINT_URL, AWS_REGION, ...), never from the URL, so that what users see carries none.
+AWS_ENDPOINT_URL, AWS_REGION, ...) and the user's AWS profile (fedhet.core.aws_profile), never
+from the URL, so that what users see carries none.
 """
 
 from __future__ import annotations
@@ -19,21 +22,23 @@ import os
 import re
 import shutil
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from fedhet.core import aws_profile
 from fedhet.core.cache import cache_folder
 from fedhet.core.errors import DamagedArtifactError, InputError, RunError
-from fedhet.process import lockfile
+
+if TYPE_CHECKING:
+    from obstore import ObjectMeta
 
 SCHEME = "s3://"
 COMMIT = ".commit"  # the marker's suffix after `<key>.zarr`
-LOCK = ".lock"
+PROBE = ".fedhet-probe-"  # an object written to find out whether writes can be conditional
 MISSING = FileNotFoundError  # what obstore raises for an object that is not there
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -71,10 +76,15 @@ class ObjectStore:
 
         self.bucket, self.prefix = bucket, prefix
         self.url = f"{SCHEME}{bucket}/{prefix}".rstrip("/")
-        endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+        profile = aws_profile.settings()  # what the environment leaves unset
+        endpoint = profile.get("endpoint") or next(
+            (os.environ[name] for name in aws_profile.ENDPOINT_VARIABLES if os.environ.get(name)),
+            "",
+        )
         self.store = S3Store(
             bucket,
             prefix=prefix or None,
+            config=profile or None,
             client_options={
                 "allow_http": endpoint.startswith("http://"),
                 "connect_timeout": "5s",
@@ -115,97 +125,7 @@ class ObjectStore:
         with self.reaching(when_input=True):
             obstore.list_with_delimiter(self.store)
 
-    # --- artifacts -----------------------------------------------------------------------
-
-    def manifest(self, stage: str, key: str) -> dict[str, str] | None:
-        """The committed artifact's files (relative path -> sha256), None when not committed."""
-        import obstore
-
-        with self.reaching():
-            try:
-                found = obstore.get(self.store, f"{stage}/{key}.zarr{COMMIT}").bytes()
-            except MISSING:
-                return None
-        return json.loads(bytes(found))
-
-    def publish(self, folder: Path, stage: str, key: str) -> None:
-        """Write the files of the complete group in `folder` under the artifact's key, then its
-        commit marker (kept as it is when another writer's is there first)."""
-        import obstore
-
-        files = {f.relative_to(folder).as_posix(): f for f in sorted(folder.rglob("*"))}
-        files = {name: f for name, f in files.items() if f.is_file()}
-        manifest = {}
-        with self.reaching():
-            for name, path in files.items():
-                data = path.read_bytes()
-                manifest[name] = hashlib.sha256(data).hexdigest()
-                obstore.put(self.store, f"{stage}/{key}.zarr/{name}", data)
-            marker = json.dumps(manifest, sort_keys=True).encode()
-            try:
-                obstore.put(self.store, f"{stage}/{key}.zarr{COMMIT}", marker, mode="create")
-            except _taken():
-                pass  # the first marker wins; its writer wrote the same bytes
-
-    def fetch(self, stage: str, key: str, into: Path) -> bool:
-        """Copy the committed artifact into the folder `into` (made whole, then renamed into
-        place); False when it is not committed. A file that does not match the marker is a
-        DamagedArtifactError."""
-        import obstore
-
-        manifest = self.manifest(stage, key)
-        if manifest is None:
-            return False
-        tmp = into.with_name(f"{into.name}.tmp-fetch-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        try:
-            with self.reaching():
-                for name, digest in manifest.items():
-                    try:
-                        data = bytes(obstore.get(self.store, f"{stage}/{key}.zarr/{name}").bytes())
-                    except MISSING:
-                        data = None
-                    if data is None or hashlib.sha256(data).hexdigest() != digest:
-                        why = "missing" if data is None else "checksum mismatch"
-                        raise DamagedArtifactError(
-                            f"{stage}/{key[:12]}: the stored {name} in {self.url} is damaged "
-                            f"({why}); `fedhet artifacts rm {key[:12]}` and recompute it"
-                        )
-                    (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-                    (tmp / name).write_bytes(data)
-            try:
-                tmp.rename(into)
-            except OSError:  # another process fetched it first
-                if not (into / "zarr.json").is_file():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return True
-
-    def committed(self) -> list[tuple[str, str]]:
-        """(stage, key) of every committed artifact."""
-        import obstore
-
-        suffix = f".zarr{COMMIT}"
-        with self.reaching():
-            found = [o["path"] for batch in obstore.list(self.store) for o in batch]
-        pairs = (path.split("/") for path in found if path.endswith(suffix))
-        return sorted((p[0], p[1].removesuffix(suffix)) for p in pairs if len(p) == 2)
-
-    def remove(self, stage: str, key: str) -> None:
-        """The marker first (the artifact is then absent), then its files."""
-        import obstore
-
-        with self.reaching():
-            obstore.delete(self.store, f"{stage}/{key}.zarr{COMMIT}")
-            names = [
-                o["path"]
-                for batch in obstore.list(self.store, prefix=f"{stage}/{key}.zarr/")
-                for o in batch
-            ]
-            if names:
-                obstore.delete(self.store, names)
-
-    # --- locks ---------------------------------------------------------------------------
+    # --- conditional writes ------------------------------------------------------------
 
     def conditional_writes(self) -> bool:
         """Whether the server honours If-None-Match (`mode="create"`), tried once; when not,
@@ -213,13 +133,13 @@ class ObjectStore:
         import obstore
 
         if self._conditional is None:
-            probe = f".fedhet-probe-{uuid.uuid4().hex[:12]}"
+            probe = f"{PROBE}{uuid.uuid4().hex[:12]}"
             with self.reaching():
                 obstore.put(self.store, probe, b"1", mode="create")
                 try:
                     obstore.put(self.store, probe, b"2", mode="create")
                     self._conditional = False
-                except _taken():
+                except taken():
                     self._conditional = True
                 obstore.delete(self.store, probe)
             if not self._conditional:
@@ -230,90 +150,143 @@ class ObjectStore:
                 )
         return self._conditional
 
-    def _lock_owner(self, path: str) -> tuple[lockfile.Owner, float] | None:
+    # --- groups: the files of a folder under NAME/, then the commit marker NAME.commit -------
+
+    def objects(self, prefix: str = "") -> list[ObjectMeta]:
+        """Every object whose path starts with `prefix`."""
         import obstore
 
-        try:
-            found = obstore.get(self.store, path)
-        except MISSING:
-            return None
-        heartbeat = found.meta["last_modified"].timestamp()
-        try:
-            return lockfile.Owner(**json.loads(bytes(found.bytes()))), heartbeat
-        except (ValueError, TypeError):
-            return lockfile.UNKNOWN, heartbeat
-
-    def holder(self, stage: str, key: str) -> lockfile.Owner | None:
-        """The live owner of the key's lock, judged as a lock file's (`lockfile.is_live`): a
-        process of this host that is gone, or a heartbeat older than `stale_after()`, is not."""
         with self.reaching():
-            found = self._lock_owner(f"{stage}/{key}{LOCK}")
-        return found[0] if found is not None and lockfile.is_live(*found) else None
+            batches = obstore.list(self.store, prefix=prefix or None)
+            return [meta for batch in batches for meta in batch]
 
-    def try_lock(self, stage: str, key: str) -> RemoteLease | None:
-        """The key's lock, written with If-None-Match; None while a live owner holds it (a
-        dead owner's is deleted and taken)."""
+    def manifest(self, name: str) -> dict[str, str] | None:
+        """The committed group's files (relative path -> sha256), None when not committed."""
         import obstore
 
-        path, owner = f"{stage}/{key}{LOCK}", lockfile.Owner.me()
-        conditional = self.conditional_writes()
         with self.reaching():
-            for _ in range(2):
-                found = self._lock_owner(path)
-                if found is not None:
-                    if lockfile.is_live(*found):
-                        return None
-                    obstore.delete(self.store, path)
-                try:
-                    obstore.put(self.store, path, _owner_bytes(owner), mode="create")
-                except _taken():
-                    continue
-                mine = conditional or (self._lock_owner(path) or (None,))[0] == owner
-                return RemoteLease(self, path, owner) if mine else None
-        return None
-
-
-class RemoteLease:
-    """A held lock object; a heartbeat thread rewrites it, `release()` deletes it."""
-
-    def __init__(self, remote: ObjectStore, path: str, owner: lockfile.Owner):
-        self.remote, self.path, self.owner = remote, path, owner
-        self._stop = threading.Event()
-        self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="fedhet-s3-lock")
-        self._beat.start()
-
-    def _heartbeat(self) -> None:
-        import obstore
-
-        interval = max(0.05, lockfile.stale_after() / 6)
-        while not self._stop.wait(interval):
             try:
-                obstore.put(self.remote.store, self.path, _owner_bytes(self.owner))
-            except Exception:  # a server away for a moment: the next beat tries again
-                pass
+                found = obstore.get(self.store, f"{name}{COMMIT}").bytes()
+            except MISSING:
+                return None
+        return json.loads(bytes(found))
 
-    def release(self) -> None:
+    def put_group(self, folder: Path, name: str) -> None:
+        """Write the files of the complete group in `folder` under `name`, then its commit
+        marker (kept as it is when another writer's is there first). FileNotFoundError, and no
+        marker, when the folder is gone or changes while it is read."""
         import obstore
 
-        self._stop.set()
-        self._beat.join()
+        files, manifest = _files(folder), {}
+        for path, file in files.items():
+            data = file.read_bytes()
+            manifest[path] = hashlib.sha256(data).hexdigest()
+            with self.reaching():
+                obstore.put(self.store, f"{name}/{path}", data)
+        if _files(folder) != files:
+            raise FileNotFoundError(folder)
+        marker = json.dumps(manifest, sort_keys=True).encode()
+        with self.reaching():
+            try:
+                obstore.put(self.store, f"{name}{COMMIT}", marker, mode="create")
+            except taken():
+                pass  # the first marker wins; its writer wrote the same bytes
+
+    def get_group(self, name: str, into: Path) -> bool:
+        """Copy the committed group `name` into the folder `into` (made whole, then renamed into
+        place); False when it is not committed. A file that does not match the marker is a
+        DamagedArtifactError."""
+        import obstore
+
+        manifest = self.manifest(name)
+        if manifest is None:
+            return False
+        tmp = into.with_name(f"{into.name}.tmp-fetch-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
-            found = self.remote._lock_owner(self.path)
-            if found is not None and found[0] == self.owner:
-                obstore.delete(self.remote.store, self.path)
-        except Exception:  # unreachable: the lock goes stale after `stale_after()`
-            pass
+            with self.reaching():
+                for path, digest in manifest.items():
+                    try:
+                        data = bytes(obstore.get(self.store, f"{name}/{path}").bytes())
+                    except MISSING:
+                        data = None
+                    if data is None or hashlib.sha256(data).hexdigest() != digest:
+                        why = "missing" if data is None else "checksum mismatch"
+                        raise self._damaged(name, path, why)
+                    (tmp / path).parent.mkdir(parents=True, exist_ok=True)
+                    (tmp / path).write_bytes(data)
+            try:
+                tmp.rename(into)
+            except OSError:  # another process fetched it first
+                if not (into / "zarr.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return True
+
+    def _damaged(self, name: str, path: str, why: str) -> DamagedArtifactError:
+        stage, _, entry = name.partition("/")
+        key = entry.split(".")[0]
+        return DamagedArtifactError(
+            f"{stage}/{key[:12]}: the stored {path} in {self.url} is damaged ({why}); "
+            f"`fedhet artifacts rm {key[:12]}` and recompute it"
+        )
+
+    def delete(self, paths: list[str]) -> None:
+        import obstore
+
+        if paths:
+            with self.reaching():
+                obstore.delete(self.store, paths)
+
+    def delete_group(self, name: str) -> None:
+        """The marker first (the group is then absent), then its files."""
+        self.delete([f"{name}{COMMIT}"])
+        self.delete([meta["path"] for meta in self.objects(f"{name}/")])
+
+    # --- artifacts -----------------------------------------------------------------------
+
+    def publish(self, folder: Path, stage: str, key: str) -> None:
+        self.put_group(folder, artifact(stage, key))
+
+    def fetch(self, stage: str, key: str, into: Path) -> bool:
+        return self.get_group(artifact(stage, key), into)
+
+    def committed(self) -> list[tuple[str, str]]:
+        """(stage, key) of every committed artifact."""
+        suffix = f".zarr{COMMIT}"
+        found = (meta["path"].split("/") for meta in self.objects())
+        pairs = (p for p in found if len(p) == 2 and p[1].endswith(suffix))
+        return sorted((stage, name.removesuffix(suffix)) for stage, name in pairs)
+
+    def remove(self, stage: str, key: str) -> None:
+        """The artifact (its marker first) and its checkpoint area."""
+        self.delete_group(artifact(stage, key))
+        self.delete([meta["path"] for meta in self.objects(f"{partial_area(stage, key)}/")])
 
 
-def _taken() -> tuple[type[Exception], ...]:
+def _files(folder: Path) -> dict[str, Path]:
+    """The files of the group in `folder`, by relative path; FileNotFoundError when none."""
+    found = {f.relative_to(folder).as_posix(): f for f in sorted(folder.rglob("*")) if f.is_file()}
+    if not found:
+        raise FileNotFoundError(folder)
+    return found
+
+
+def artifact(stage: str, key: str) -> str:
+    """The name of an artifact's group in the store."""
+    return f"{stage}/{key}.zarr"
+
+
+def partial_area(stage: str, key: str) -> str:
+    """The name of the folder of a stage's checkpoints (and recorded divergence) in the store."""
+    return f"{stage}/{key}.partial"
+
+
+def taken() -> tuple[type[Exception], ...]:
     """What obstore raises when a conditional write finds the object there."""
     import obstore.exceptions as oe
 
     return (FileExistsError, oe.AlreadyExistsError, oe.PreconditionError)
-
-
-def _owner_bytes(owner: lockfile.Owner) -> bytes:
-    return json.dumps(asdict(owner)).encode()
 
 
 def _cause(message: str) -> str:

@@ -21,8 +21,9 @@ from fedhet.core import divergence, provenance, registry
 from fedhet.core.errors import DivergedError, RunError, release_frames
 from fedhet.core.keys import stage_key
 from fedhet.core.plugin_isolation import PluginError
+from fedhet.core.sealed import damage_named
 from fedhet.core.spec import Spec
-from fedhet.core.store import ArtifactStore, damage_named
+from fedhet.core.store import ArtifactStore
 from fedhet.process import allocator
 from fedhet.process.interrupts import Interrupted
 

@@ -68,6 +68,13 @@ class Plugin:
         return f"plugin {self.distribution!r}{version} ({self.entry.name} = {self.entry.value})"
 
 
+def load_order(entry: EntryPoint) -> tuple[bool, str, str]:
+    """fedhet's own entry points first, so a plug-in reusing one of their names is the one
+    skipped."""
+    plugin = Plugin(entry)
+    return not plugin.builtin, plugin.distribution, entry.name
+
+
 def load_all(
     entries: Iterable[EntryPoint],
     register: Callable[[Plugin, Any], str | None],

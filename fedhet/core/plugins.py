@@ -1,5 +1,7 @@
 """Datasets and models are plug-ins, found through the `fedhet.datasets` and `fedhet.models`
-entry-point groups, as methods are through `fedhet.methods` (fedhet.core.registry).
+entry-point groups, as methods are through `fedhet.methods` (fedhet.core.registry). fedhet's own
+datasets are registered there too (its `pyproject.toml`) and load first, so their names stay
+theirs.
 
 A package registers one by naming its config class in its packaging metadata:
 
@@ -28,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from fedhet.core.model_config import ModelConfig
-from fedhet.core.plugin_isolation import Plugin, answer, load_all
+from fedhet.core.plugin_isolation import Plugin, answer, load_all, load_order
 from fedhet.core.sections import Section
 
 DATASETS, MODELS = "fedhet.datasets", "fedhet.models"
@@ -93,7 +95,7 @@ def found(group: str, builtin: tuple[str, ...]) -> dict[str, type[Section]]:
             configs[name], loaded.plugins[name] = config, plugin
         return problem
 
-    load_all(sorted(entry_points(group=group), key=lambda e: e.name), register, loaded.failures)
+    load_all(sorted(entry_points(group=group), key=load_order), register, loaded.failures)
     return configs
 
 

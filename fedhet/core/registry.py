@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache, partial
 from importlib import import_module
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from pydantic import create_model
@@ -36,6 +36,7 @@ from fedhet.core.plugin_isolation import (
     answer,
     attempt,
     load_all,
+    load_order,
     warn,
 )
 from fedhet.core.sections import AlgorithmSpec, Section
@@ -191,18 +192,12 @@ def _load() -> _Registry:
     """Every method plug-in that loads; each that does not is one warning (once per process;
     the CLI prints it as `warning: ...`) and is recorded in `failures`."""
     reg = _Registry()
-    entries = sorted(entry_points(group=GROUP), key=_load_order)
+    entries = sorted(entry_points(group=GROUP), key=load_order)
     load_all(entries, partial(_add, reg), reg.failures)
     reg.configs = {
         name: _with_objectives(config, reg.objectives) for name, config in reg.algorithms.items()
     }
     return reg
-
-
-def _load_order(entry: EntryPoint) -> tuple[bool, str, str]:
-    """fedhet's own methods first, so a plug-in reusing one of their names is the one skipped."""
-    plugin = Plugin(entry)
-    return not plugin.builtin, plugin.distribution, entry.name
 
 
 def methods() -> dict[str, Method]:

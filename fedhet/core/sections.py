@@ -6,7 +6,14 @@ import types
 from functools import cache
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 
 class OmitIfDefault:
@@ -29,6 +36,10 @@ MAX_CLASSES = 10**4
 MAX_CLIENTS = 10**5
 MAX_THREADS = 1024
 MAX_FACTOR = 10**6  # floats that scale a count or a distribution (alpha, epochs)
+
+# The bounded types that fields of many sections share
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]  # rounds, steps, samples, batch sizes
+Share = Annotated[float, Field(gt=0, lt=1)]  # a part of a whole: neither none of it nor all
 
 
 def _kinds(annotation: Any) -> set[Any]:
@@ -112,6 +123,9 @@ class AlgorithmSpec(Section):
     objective_fields: ClassVar[tuple[str, ...]] = ()
     # True when a local-objective wrapper (VHL) may replace the data term of the local loss
     accepts_objectives: ClassVar[bool] = False
+    # The algorithm's name as its paper spells it (FedAvg, SCAFFOLD, pFedMe), in every label
+    # people read; None: the spec's `name`. Labels never enter a key.
+    display_name: ClassVar[str | None] = None
 
     def omitted_fields(self) -> list[str]:
         off = [field for field in self.objective_fields if getattr(self, field) is None]
@@ -122,10 +136,31 @@ class AlgorithmSpec(Section):
         validated; raise InputError naming the field. None by default."""
 
     def label(self) -> str:
-        """Row label in reports: the name, then each objective wrapper that is on."""
-        wrappers = [getattr(self, f) for f in self.objective_fields]
-        return "+".join([self.base_label(), *(w.label() for w in wrappers if w is not None)])
+        """The label people read (report rows, figure legends, tables): the display name joined
+        by '+' to each objective wrapper that is on, then the non-default settings in one
+        parenthesis, comma-separated: `FedBR (tau=0.5/0.5, index pairs, momentum=0.9)`."""
+        name, settings = self.label_parts()
+        return labelled(name, settings)
 
-    def base_label(self) -> str:
-        """The algorithm's own part of the label; methods with variants extend it."""
-        return self.name
+    def label_parts(self) -> tuple[str, list[str]]:
+        """The label's name and settings apart: a report's row adds the matrix axes that tell
+        its group apart to the settings (fedhet.execution.labels)."""
+        wrappers = [w for w in (getattr(self, f) for f in self.objective_fields) if w is not None]
+        name = "+".join([self.display_name or self.name, *(w.display_name() for w in wrappers)])
+        wrapped = [setting for w in wrappers for setting in w.settings()]
+        return name, [*self.settings(), *wrapped, *self.shared_settings()]
+
+    def settings(self) -> list[str]:
+        """The algorithm's non-default settings a label names, each `symbol=value` or a short
+        phrase (`index pairs`) without commas or parentheses; none by default."""
+        return []
+
+    def shared_settings(self) -> list[str]:
+        """Settings every algorithm has (the clients' momentum), named after its own."""
+        return []
+
+
+def labelled(name: str, settings: list[str]) -> str:
+    """`name (setting, setting)`, or the name alone without settings: the one style of every
+    label of a method."""
+    return f"{name} ({', '.join(settings)})" if settings else name

@@ -22,7 +22,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from fedhet.core.sections import MAX_COUNT, MAX_FACTOR, Section
+from fedhet.core.sections import MAX_FACTOR, Count, Section
 
 
 class Range(Section):
@@ -40,8 +40,8 @@ class Range(Section):
 
 
 class IntRange(Range):
-    low: int = Field(ge=1, le=MAX_COUNT)
-    high: int = Field(ge=1, le=MAX_COUNT)
+    low: Count
+    high: Count
 
 
 class ProbabilityRange(Range):
@@ -85,12 +85,11 @@ def _distribution(number: Any, range_: type[Range], choice: Any) -> Any:
 
 
 Epochs = Annotated[float, Field(gt=0, le=MAX_FACTOR)]
-Steps = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 Probability = Annotated[float, Field(gt=0, le=1)]
 Speed = Annotated[float, Field(gt=0, le=MAX_FACTOR)]
 
 EpochsDistribution = _distribution(Epochs, IntRange, Epochs)
-StepsDistribution = _distribution(Steps, IntRange, Steps)
+StepsDistribution = _distribution(Count, IntRange, Count)
 ProbabilityDistribution = _distribution(Probability, ProbabilityRange, Probability)
 SpeedDistribution = _distribution(Speed, SpeedRange, Speed)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fedhet.core.store import ArtifactInfo, ArtifactStore, damaged
+from fedhet.core.sealed import damaged
+from fedhet.core.store import ArtifactInfo, ArtifactStore
 
 
 def copy_artifacts(source: ArtifactStore, destination: ArtifactStore) -> Iterator[ArtifactInfo]:

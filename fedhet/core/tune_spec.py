@@ -17,7 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from fedhet.core import registry
 from fedhet.core.errors import InputError
-from fedhet.core.sections import MAX_COUNT, MAX_SEED, OMIT_IF_DEFAULT, Section
+from fedhet.core.sections import MAX_SEED, OMIT_IF_DEFAULT, Count, Section
 
 KINDS = ("grid", "choice", "uniform", "log_uniform")
 # What a tune may search: the method's hyperparameters. The data, its split, the partition and
@@ -120,7 +120,7 @@ class PruneSpec(Section):
     of that many rounds, which the longer run then continues), and stops there when its score
     is below the median of the trials completed, at that rung, before its wave."""
 
-    rungs: list[Annotated[int, Field(ge=1, le=MAX_COUNT)]] = Field(
+    rungs: list[Count] = Field(
         min_length=1, description="the rounds, increasing, at which a trial may stop"
     )
     startup_trials: int = Field(
@@ -171,10 +171,8 @@ class TuneSpec(Section):
         None, description="default: grid when every dimension is a grid, else tpe (Optuna's)"
     )
     sampler_seed: int = Field(0, ge=0, le=MAX_SEED)
-    batch: int = Field(
+    batch: Count = Field(
         4,
-        ge=1,
-        le=MAX_COUNT,
         description="with tpe or prune: trials asked together, then told together, so the "
         "search is the same whatever --jobs (otherwise every trial is asked at once)",
     )

@@ -23,6 +23,8 @@ FRACTIONS = frozenset(
     {
         "test_accuracy",
         "val_accuracy",
+        "ensemble_val_accuracy",
+        "average_val_accuracy",
         "train_accuracy",
         "best_test",
         "test_at_best_val",

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import zarr
 
+from fedhet.core.natural_clients import grouped
 from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.rng import numpy_rng
 from fedhet.core.spec import Spec
@@ -58,7 +59,8 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     histogram = load_partition(ctx.upstream(node, "partition")).histogram
     per_client = node.config["per_client"]
     if per_client is None:  # the data's own (validated: natural clients, test client ids)
-        tests = [np.flatnonzero(dataset.test_client == k) for k in range(len(histogram))]
+        ids = grouped(dataset.test_client, ctx.spec.partition.group)
+        tests = [np.flatnonzero(ids == k) for k in range(len(histogram))]
     else:
         tests = draw_client_tests(histogram, dataset.test_y.numpy(), per_client, ctx.spec.seed)
     save_index_lists(out, tests)

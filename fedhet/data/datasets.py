@@ -1,46 +1,36 @@
-"""Dataset registry: every dataset loads as float32 tensors, held in memory.
+"""Loading a spec's dataset: every dataset, fedhet's own and a plug-in's, is one config class of
+the registry (`fedhet.core.spec.dataset_configs`, the `fedhet.datasets` entry points) that
+knows its shape, classes, size and loader; here each loads as float32 tensors, held in memory.
 
-The input format (the spec's `data.channels`, `data.resize`, `data.scale`; `load_data`) is
-applied here, in this one place, so every stage sees the same tensors: pixels in [0, 1], resized
-bilinearly, then standardized (scale standardize: per-channel mean 0 and std 1 over the
-training set, the mean and population std computed exactly from the integer pixel values, or
-from the resized images when resized) or left in [0, 1] (scale unit), then a grey channel
-repeated (an expanded view: no copy). Loaded datasets are cached in-process; treat their
-tensors as read-only.
+fedhet's image datasets (fedhet.core.image_data: digits, the torchvision ones) are read as
+integer pixels and put in the spec's input format (fedhet.data.image_format); a plug-in's
+arrays (fedhet.core.data_config) are used as given. Loaded datasets are cached in-process;
+treat their tensors as read-only.
 
 Data root resolution: the explicit `root` argument, else the FEDHET_DATA environment
-variable, else ./data. Fashion-MNIST is also read from the Debian package
-dataset-fashion-mnist's folder when the data root does not hold it.
+variable, else ./data.
 """
 
 from __future__ import annotations
 
 import functools
-import gzip
 import importlib
 import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 
 from fedhet.core.data_config import DataConfig, check_arrays
 from fedhet.core.errors import InputError, RunError
-from fedhet.core.spec import DataSpec
-from fedhet.data.decoded import decoded
-from fedhet.data.shapes import input_channels
-
-DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-DIGITS_TEST_FRACTION = 0.2
-FASHION_MNIST_CLASSES = (  # torchvision's FashionMNIST.classes
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
-)  # fmt: skip
-_DIGITS_SPLIT_SEED = 20240601  # fixed: the digits split never depends on an experiment seed
+from fedhet.core.image_data import DataRoot, ImageDataConfig
+from fedhet.core.spec import DataSpec, dataset_configs
+from fedhet.data.image_format import Scale, formatted
 
 
 @dataclass(frozen=True)
@@ -66,29 +56,15 @@ class Dataset:
         return c, h, w
 
 
-@dataclass(frozen=True)
-class _Raw:
-    """Integer pixels (uint8, N x C x H x W, values 0..max_value) and int64 labels."""
-
-    train_pixels: torch.Tensor
-    train_labels: torch.Tensor
-    test_pixels: torch.Tensor
-    test_labels: torch.Tensor
-    classes: tuple[str, ...]
-    max_value: int = 255
-
-
 def dataset_names() -> list[str]:
-    return sorted(_DATASET_NAMES)
-
-
-Scale = Literal["standardize", "unit"]
+    """The datasets that load by name alone (`load_dataset`): fedhet's image datasets."""
+    return [name for name, config in dataset_configs().items() if config.by_name]
 
 
 def load_data(data: DataSpec, name: str | None = None, seed: int | None = None) -> Dataset:
     """The spec's dataset (or dataset `name`, e.g. a proxy) in the spec's input format; a
     plug-in's (fedhet.core.data_config) loaded for the spec's `seed`."""
-    if isinstance(data, DataConfig) and name is None:
+    if name is None and not data.by_name:
         if seed is None:
             raise RunError(f"data: dataset {data.dataset} is loaded for a seed; pass the spec's")
         return _load_plugin(data, json.dumps(data.keyed_identity(), sort_keys=True), seed)
@@ -111,9 +87,9 @@ def load_dataset(
     resize: int | None = None,
     scale: Scale = "standardize",
 ) -> Dataset:
-    """Load a dataset by name (see dataset_names()) in the given input format (see the module
-    docstring); InputError if unknown or missing."""
-    if name not in _DATASET_NAMES:
+    """Load a dataset by name (see dataset_names()) in the given input format (see
+    fedhet.data.image_format); InputError if unknown or missing."""
+    if name not in dataset_names():
         raise InputError(f"data.dataset: unknown dataset {name!r}; choose one of {dataset_names()}")
     resolved, source = _resolve_root(root)
     return _load_cached(name, resolved, source, download, channels, resize, scale)
@@ -154,7 +130,7 @@ def _per_channel(values: Sequence[float], channels: int) -> list[float]:
     return list(values) * channels if len(values) == 1 else list(values)
 
 
-# --- loading and normalization ------------------------------------------------------------
+# --- loading ------------------------------------------------------------------------------
 
 
 def _resolve_root(root: str | Path | None) -> tuple[Path, str]:
@@ -163,6 +139,17 @@ def _resolve_root(root: str | Path | None) -> tuple[Path, str]:
     if os.environ.get("FEDHET_DATA"):
         return Path(os.environ["FEDHET_DATA"]).expanduser().resolve(), "FEDHET_DATA"
     return Path("data").resolve(), "the default ./data"
+
+
+def _loader(config: DataConfig) -> Callable[..., Any]:
+    """The function its `loader` names, imported now; a plug-in's failing import is its own."""
+    module, _, function = config.loader.partition(":")
+    try:
+        return getattr(importlib.import_module(module), function)
+    except Exception as err:
+        raise RunError(
+            f"data: dataset {config.dataset}: cannot import {config.loader}: {err}"
+        ) from err
 
 
 @functools.lru_cache(maxsize=4)
@@ -175,83 +162,34 @@ def _load_cached(
     resize: int | None,
     scale: Scale,
 ) -> Dataset:
-    raw = _load_raw(name, root, root_source, download)
-    wanted = input_channels(name, raw.train_pixels.shape[1], channels)
-    train_x, test_x = _unit(raw.train_pixels, raw.max_value), _unit(raw.test_pixels, raw.max_value)
-    if resize is not None:
-        train_x, test_x = _resized(train_x, resize), _resized(test_x, resize)
-    count = train_x.shape[1]
-    mean, std = (0.0,) * count, (1.0,) * count
-    if scale == "standardize":
-        exact = resize is None  # the integer pixels' histogram describes the images exactly
-        mean, std = _channel_stats(raw.train_pixels, raw.max_value) if exact else _stats(train_x)
-        train_x, test_x = _standardize(train_x, mean, std), _standardize(test_x, mean, std)
-    if wanted != count:
-        train_x, test_x = _repeated(train_x, wanted), _repeated(test_x, wanted)
-        mean, std = mean * wanted, std * wanted
-    return Dataset(name, train_x, raw.train_labels, test_x, raw.test_labels, raw.classes, mean, std)
-
-
-def _channel_stats(
-    pixels: torch.Tensor, max_value: int
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Exact per-channel mean and population std, in [0, 1] units, from a value histogram."""
-    values = torch.arange(max_value + 1, dtype=torch.float64) / max_value
-    means, stds = [], []
-    for channel in range(pixels.shape[1]):
-        counts = torch.bincount(pixels[:, channel].reshape(-1), minlength=max_value + 1).double()
-        probs = counts / counts.sum()
-        mean = float((probs * values).sum())
-        var = float((probs * (values - mean) ** 2).sum())
-        means.append(mean)
-        stds.append(max(var, 1e-12) ** 0.5)
-    return tuple(means), tuple(stds)
-
-
-def _stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean and population std of float images (N x C x H x W)."""
-    x64 = x.double()
-    means = x64.mean(dim=(0, 2, 3))
-    stds = x64.var(dim=(0, 2, 3), correction=0).clamp_min(1e-12).sqrt()
-    return tuple(means.tolist()), tuple(stds.tolist())
-
-
-def _unit(pixels: torch.Tensor, max_value: int) -> torch.Tensor:
-    return pixels.to(torch.float32).div_(max_value)
-
-
-def _resized(x: torch.Tensor, side: int) -> torch.Tensor:
-    if x.shape[-2:] == (side, side):
-        return x
-    from torchvision.transforms import InterpolationMode
-    from torchvision.transforms import functional as tvf
-
-    return tvf.resize(x, [side, side], interpolation=InterpolationMode.BILINEAR, antialias=True)
-
-
-def _standardize(x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    x.sub_(torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
-    return x.div_(torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
-
-
-def _repeated(x: torch.Tensor, channels: int) -> torch.Tensor:
-    """A grey batch seen as `channels` equal channels; a view, so no memory is copied."""
-    return x.expand(-1, channels, -1, -1)
-
-
-# --- sources --------------------------------------------------------------------------------
+    try:
+        config = dataset_configs()[name](
+            download=download, channels=channels, resize=resize, scale=scale
+        )
+    except ValidationError as err:  # an input format this dataset cannot take (FedBR's proxy)
+        problem = err.errors()[0]
+        raise InputError(f"data.{problem['loc'][0]}: {problem['msg']}") from None
+    assert isinstance(config, ImageDataConfig), f"{name} is no image dataset"
+    pixels = _loader(config)(config, DataRoot(root, root_source))
+    images = formatted(pixels, channels, resize, scale)
+    train_y, test_y = torch.from_numpy(pixels.train_labels), torch.from_numpy(pixels.test_labels)
+    return Dataset(
+        name,
+        images.train_x,
+        train_y,
+        images.test_x,
+        test_y,
+        pixels.class_names,
+        images.mean,
+        images.std,
+    )
 
 
 @functools.lru_cache(maxsize=2)
 def _load_plugin(data: DataConfig, identity: str, seed: int) -> Dataset:
     """A dataset plug-in's arrays as float32 tensors, used as given; cached by `identity` too,
     so a changed file is read again."""
-    module, _, function = data.loader.partition(":")
-    try:
-        loader = getattr(importlib.import_module(module), function)
-    except Exception as err:  # a plug-in's code failing to import is the plug-in's failure
-        raise RunError(f"data: dataset {data.dataset}: cannot import {data.loader}: {err}") from err
-    arrays, info = loader(data, seed), data.describe()
+    arrays, info = _loader(data)(data, seed), data.describe()
     check_arrays(arrays, info, f"data: dataset {data.dataset}")
     channels = info.shape[0]
 
@@ -273,161 +211,3 @@ def _load_plugin(data: DataConfig, identity: str, seed: int) -> Dataset:
         arrays.train_client,
         arrays.test_client,
     )
-
-
-def _load_digits() -> _Raw:
-    """scikit-learn's bundled 8x8 digits with a fixed stratified 80/20 train/test split."""
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    pixels = torch.from_numpy(bunch.images.astype(np.uint8)).unsqueeze(1)  # values 0..16
-    labels = torch.from_numpy(bunch.target.astype(np.int64))
-    test_mask = _stratified_test_mask(bunch.target, DIGITS_TEST_FRACTION, _DIGITS_SPLIT_SEED)
-    train, test = torch.from_numpy(~test_mask), torch.from_numpy(test_mask)
-    return _Raw(
-        pixels[train],
-        labels[train],
-        pixels[test],
-        labels[test],
-        classes=tuple(str(c) for c in bunch.target_names),
-        max_value=16,
-    )
-
-
-def _stratified_test_mask(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    mask = np.zeros(len(labels), dtype=bool)
-    for label in np.unique(labels):
-        members = rng.permutation(np.flatnonzero(labels == label))
-        mask[members[: round(fraction * len(members))]] = True
-    return mask
-
-
-@dataclass(frozen=True)
-class _TorchvisionSource:
-    make: Callable[[Path, bool, bool], object]  # (root, train, download) -> dataset
-    folder: str  # where torchvision keeps the files under the data root
-    classes: tuple[str, ...] | None = None  # for datasets without a .classes attribute
-
-
-def _tv():
-    """torchvision's datasets, imported when a dataset is read through them (importing
-    torchvision costs about a second, which a run on Debian's Fashion-MNIST never needs)."""
-    from torchvision import datasets
-
-    return datasets
-
-
-_TORCHVISION = {
-    "mnist": _TorchvisionSource(lambda r, t, d: _tv().MNIST(r, train=t, download=d), "MNIST/raw"),
-    "fmnist": _TorchvisionSource(
-        lambda r, t, d: _tv().FashionMNIST(r, train=t, download=d), "FashionMNIST/raw"
-    ),
-    "emnist": _TorchvisionSource(
-        lambda r, t, d: _tv().EMNIST(r, split="balanced", train=t, download=d), "EMNIST/raw"
-    ),
-    "cifar10": _TorchvisionSource(
-        lambda r, t, d: _tv().CIFAR10(r, train=t, download=d), "cifar-10-batches-py"
-    ),
-    "cifar100": _TorchvisionSource(
-        lambda r, t, d: _tv().CIFAR100(r, train=t, download=d), "cifar-100-python"
-    ),
-    "svhn": _TorchvisionSource(
-        lambda r, t, d: _tv().SVHN(r, split="train" if t else "test", download=d),
-        "train_32x32.mat",
-        classes=tuple(str(digit) for digit in range(10)),
-    ),
-}
-
-
-def _read_torchvision(name: str, root: Path, download: bool) -> _Raw:
-    """Raises RuntimeError (torchvision's) when the files are missing."""
-    source = _TORCHVISION[name]
-    if not download and not (root / source.folder).exists():
-        raise RuntimeError(f"{root / source.folder} does not exist")
-    train, test = source.make(root, True, download), source.make(root, False, download)
-    train_pixels, train_labels = _arrays(train)
-    test_pixels, test_labels = _arrays(test)
-    classes = source.classes or tuple(train.classes)  # type: ignore[attr-defined]
-    return _Raw(train_pixels, train_labels, test_pixels, test_labels, classes)
-
-
-def _arrays(ds: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """(uint8 N x C x H x W pixels, int64 labels) straight from a torchvision dataset's arrays."""
-    tv = _tv()
-    data = ds.data  # type: ignore[attr-defined]
-    if isinstance(ds, tv.SVHN):  # numpy, N x C x H x W view
-        labels = torch.from_numpy(ds.labels.astype(np.int64))
-        return torch.from_numpy(np.ascontiguousarray(data)), labels
-    if isinstance(ds, tv.CIFAR10):  # numpy N x H x W x C (CIFAR100 subclasses CIFAR10)
-        pixels = torch.from_numpy(data).permute(0, 3, 1, 2).contiguous()
-        return pixels, torch.tensor(ds.targets, dtype=torch.int64)
-    if isinstance(ds, tv.EMNIST):  # stored transposed; flip back so characters are upright
-        data = data.transpose(1, 2).contiguous()
-    return data.unsqueeze(1), ds.targets.to(torch.int64)  # type: ignore[attr-defined]
-
-
-_DEBIAN_FILES = (
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
-)
-
-
-def _debian_fashion_mnist_present() -> bool:
-    return all((DEBIAN_FASHION_MNIST / file).is_file() for file in _DEBIAN_FILES)
-
-
-def _read_debian_fashion_mnist() -> _Raw:
-    """Debian's dataset-fashion-mnist: the original gzipped IDX files in one folder."""
-    arrays = [decoded(DEBIAN_FASHION_MNIST / file, _read_idx_gz) for file in _DEBIAN_FILES]
-    train_x, train_y, test_x, test_y = arrays
-    return _Raw(
-        torch.from_numpy(train_x).unsqueeze(1),
-        torch.from_numpy(train_y.astype(np.int64)),
-        torch.from_numpy(test_x).unsqueeze(1),
-        torch.from_numpy(test_y.astype(np.int64)),
-        classes=FASHION_MNIST_CLASSES,
-    )
-
-
-def _read_idx_gz(path: Path) -> np.ndarray:
-    """IDX: 2 zero bytes, type byte (0x08 = uint8), ndim, ndim big-endian int32 dims, data."""
-    with gzip.open(path, "rb") as f:
-        buffer = bytearray(f.read())
-    if buffer[:3] != b"\x00\x00\x08":
-        raise RunError(f"{path}: not a uint8 IDX file; reinstall dataset-fashion-mnist")
-    ndim = buffer[3]
-    dims = np.frombuffer(buffer, dtype=">i4", count=ndim, offset=4)
-    return np.frombuffer(buffer, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def _load_raw(name: str, root: Path, root_source: str, download: bool) -> _Raw:
-    if name == "digits":
-        return _load_digits()
-    try:
-        return _read_torchvision(name, root, download=False)
-    except RuntimeError:
-        pass
-    if name == "fmnist" and _debian_fashion_mnist_present():
-        return _read_debian_fashion_mnist()
-    if not download:
-        raise InputError(_missing_message(name, root, root_source))
-    try:
-        return _read_torchvision(name, root, download=True)
-    except (RuntimeError, OSError) as err:
-        raise RunError(f"data: downloading {name} into {root} failed: {err}") from None
-
-
-def _missing_message(name: str, root: Path, root_source: str) -> str:
-    looked = f"{root / _TORCHVISION[name].folder} (data root from {root_source})"
-    fix = "pass --data-root DIR or set FEDHET_DATA to a folder holding it"
-    fix += ", or set data: {download: true}"
-    if name == "fmnist":
-        looked += f" and {DEBIAN_FASHION_MNIST}"
-        fix += ", or apt-get install dataset-fashion-mnist"
-    return f"data.dataset: {name} not found; looked in {looked}; {fix}"
-
-
-_DATASET_NAMES = ("digits", *_TORCHVISION)

@@ -118,6 +118,15 @@ class Heterogeneity:
             f"quantity skew: sizes' CV {self.size_cv:.2f}, Gini {self.size_gini:.2f}"
         )
 
+    def caption(self) -> str:
+        """The measures in a line short enough for a figure's panel."""
+        return (
+            f"Hellinger {self.hellinger:.3f} (iid {self.iid_hellinger:.3f}), "
+            f"JS {self.jensen_shannon:.3f}, EMD {self.earth_movers:.3f}\n"
+            f"{self.classes_held:.1f} of {self.classes} classes a client, "
+            f"sizes' CV {self.size_cv:.2f}, Gini {self.size_gini:.2f}"
+        )
+
 
 def heterogeneity(histogram: np.ndarray) -> Heterogeneity:
     histogram = np.asarray(histogram)

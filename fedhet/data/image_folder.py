@@ -71,7 +71,7 @@ def _read(root: Path, stamp: tuple, size: int | None, path: str) -> ArrayFile:
         content = Path(name).read_bytes()
         digest.update("/".join(relative).encode() + b"\0" + content)
         images.append(_image(content, size, f"{path}/{'/'.join(relative)}"))
-    x = _pixels(images, path)
+    x = stacked_pixels(images, path, "set data.size to resize them all")
     y = np.array([names.index(p[-2]) for p in parts], dtype=np.int64)
     client = np.array([p[0] for p in parts]) if depths == {3} else None
     return ArrayFile(x, y, client, digest.hexdigest(), names)
@@ -100,12 +100,13 @@ def _image(content: bytes, size: int | None, where: str):
     return image
 
 
-def _pixels(images: list, path: str) -> np.ndarray:
-    """N x C x H x W pixels in [0, 1]: grey when every image is, else RGB."""
+def stacked_pixels(images: list, path: str, fix: str) -> np.ndarray:
+    """N x C x H x W pixels in [0, 1] of Pillow `images`: grey when every image is, else RGB;
+    InputError naming `path` and saying how to `fix` it when their sizes differ."""
     sizes = {image.size for image in images}
     if len(sizes) > 1:
         shown = ", ".join(f"{w}x{h}" for w, h in sorted(sizes)[:3])
-        raise InputError(f"{path}: images of sizes {shown}; set data.size to resize them all")
+        raise InputError(f"{path}: images of sizes {shown}; {fix}")
     mode = "L" if all(image.mode in ("1", "L") for image in images) else "RGB"
     pixels = np.stack([np.asarray(image.convert(mode)) for image in images])
     pixels = pixels[:, None] if mode == "L" else pixels.transpose(0, 3, 1, 2)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedhet.core.errors import InputError
+from fedhet.core.natural_clients import grouped
 from fedhet.core.spec import (
     ClassesPartition,
     ClientDirichletPartition,
@@ -57,7 +58,7 @@ def make_partition(
         raise ValueError(f"labels must be a 1-D array of values in [0, {num_classes})")
     rng = np.random.default_rng(seed)
     if spec.scheme == "natural":
-        shares = _natural(spec.clients, clients)
+        shares = _natural(spec.clients, clients, spec.group)
     else:
         shares = _SCHEMES[spec.scheme](spec, labels, num_classes, rng)
     if spec.max_samples is not None:
@@ -195,10 +196,11 @@ def _classes(
     return [np.concatenate(parts) for parts in shares]
 
 
-def _natural(count: int, clients: np.ndarray | None) -> list[np.ndarray]:
+def _natural(count: int, clients: np.ndarray | None, group: int | None) -> list[np.ndarray]:
     if clients is None:
         raise ValueError("a natural partition needs the data's client ids")
-    return [np.flatnonzero(clients == client) for client in range(count)]
+    ids = grouped(clients, group)
+    return [np.flatnonzero(ids == client) for client in range(count)]
 
 
 def _subset(spec: SubsetPartition, labels: np.ndarray, num_classes: int, rng: np.random.Generator):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import zarr
 
-from fedhet.core.store import create_array
+from fedhet.core.sealed import create_array
 from fedhet.data.partition import Partition
 
 

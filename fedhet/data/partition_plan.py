@@ -3,7 +3,6 @@ fedhet.data.partition_stage computes the artifact."""
 
 from __future__ import annotations
 
-from fedhet.core.data_config import DataConfig
 from fedhet.core.pipeline import StageNode
 from fedhet.core.spec import Spec
 
@@ -20,6 +19,7 @@ def partition_node(spec: Spec) -> StageNode:
         config["validation"] = spec.data.validation
     if spec.data.server is not None:  # absent when off, as validation
         config["server"] = spec.data.server
-    if isinstance(spec.data, DataConfig):  # a plug-in's data: what it is, e.g. its file's hash
-        config["data"] = spec.data.keyed_identity()
+    identity = spec.data.keyed_identity()
+    if identity is not None:  # what the data is besides its name, e.g. its file's hash
+        config["data"] = identity
     return StageNode("partition", VERSION, config)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from fedhet.engine.client_step import ClientStep
+from fedhet.engine.cohort_gradients import linear_chain
 from fedhet.engine.executor import ClientDiverged, ClientExecutor, SequentialExecutor
 from fedhet.engine.fused import chain_layers, fused_sgd
 from fedhet.engine.local import Divergence
@@ -28,9 +29,7 @@ from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
 from fedhet.engine.vectorized import (
     CohortClient,
     CohortDivergence,
-    SGDSettings,
     cannot_vectorize,
-    linear_chain,
     train_cohort,
 )
 
@@ -114,8 +113,7 @@ class _WithFallback:
     ) -> list[ClientResult]:
         if not jobs:  # a round nobody reports in
             return []
-        synchronized = any(job.first_step is not None for job in jobs)
-        reason = self.reason or ("a synchronized first step" if synchronized else None)
+        reason = self.reason or self.why_not_this_round(jobs)
         if reason:
             if SEQUENTIAL not in self.ran:
                 self.say(f"clients: training sequentially, not {self.name} ({reason})")
@@ -125,6 +123,11 @@ class _WithFallback:
         head = jobs[0]  # what the round's jobs share
         step = self.trainer.client_step(head.round, head.global_state, head.server_state)
         return self._round(jobs, step)
+
+    def why_not_this_round(self, jobs: Sequence[ClientJob]) -> str | None:
+        """Why this round's `jobs` run sequentially (None: they can run this way)."""
+        synchronized = any(job.first_step is not None for job in jobs)
+        return "a synchronized first step" if synchronized else None
 
     def _round(self, jobs: Sequence[ClientJob], step: ClientStep) -> list[ClientResult]:
         raise NotImplementedError
@@ -155,8 +158,8 @@ class FusedExecutor(_WithFallback):
                 job.client.x,
                 job.client.y,
                 trainer.client_batches(job),
-                job.lr,
-                trainer.fed.weight_decay,
+                job.sgd.lr,
+                job.sgd.weight_decay,
             )
         except Divergence as err:
             raise ClientDiverged(job.client.id, err) from err
@@ -173,6 +176,11 @@ class VectorizedExecutor(_WithFallback):
         self.model = trainer.build_model().to(device)  # the architecture for functional_call
         self.reason = why_sequential(trainer, self.model)
 
+    def why_not_this_round(self, jobs: Sequence[ClientJob]) -> str | None:
+        if any(job.sgd != jobs[0].sgd for job in jobs):
+            return "the clients' local optimizers differ"
+        return super().why_not_this_round(jobs)
+
     def _round(self, jobs: Sequence[ClientJob], step: ClientStep) -> list[ClientResult]:
         trainer, head = self.trainer, jobs[0]
         clients = [
@@ -184,9 +192,8 @@ class VectorizedExecutor(_WithFallback):
             )
             for job in jobs
         ]
-        settings = SGDSettings(head.lr, trainer.momentum, trainer.fed.weight_decay)
         try:
-            trained = train_cohort(self.model, head.global_state, clients, settings, step)
+            trained = train_cohort(self.model, head.global_state, clients, head.sgd, step)
         except CohortDivergence as diverged:
             raise ClientDiverged(jobs[diverged.position].client.id, diverged.divergence) from None
         return [

@@ -8,11 +8,11 @@ the order of torch.optim.SGD's step:
 
     loss = data loss + step.client_loss(params, extras)   each client's loss, [clients]
                                                   (by default step.loss(params))
-    grads = step.correct(grads, extras)           before the optimizer step
+    grads = step.correct(grads, extras, params)   before the optimizer step
     optimizer step (weight decay, momentum)
     step.after_step(params, extras, lr)           after it
     ...
-    upload, kept = step.finish(client_state, state, stats, lr)    once trained
+    upload, kept = step.finish(client_state, state, stats, sgd)   once trained
 
 FedProx's whole client step (fedhet/methods/fedprox/algorithm.py), for example:
 
@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping
 
 from torch import Tensor, nn
 
-from fedhet.engine.local import LocalStats
+from fedhet.engine.local import LocalStats, SGDSettings
 from fedhet.engine.tensors import Tensors
 
 Stacked = Mapping[str, Tensor]  # name -> a tensor with a leading client dim
@@ -62,19 +62,21 @@ class ClientStep:
         term and per-client coefficient); by default `loss`, which reads none."""
         return self.loss(params)
 
-    def correct(self, grads: Stacked, extras: Stacked) -> Stacked:
-        """The stacked gradients rewritten before the optimizer step (`extras` stacked alike;
-        a parameter without a gradient is absent from `grads`)."""
+    def correct(self, grads: Stacked, extras: Stacked, params: Stacked) -> Stacked:
+        """The stacked gradients rewritten before the optimizer step (`extras` and the current
+        parameters `params` stacked alike, to read, not to change; a parameter without a
+        gradient is absent from `grads`)."""
         return grads
 
     def after_step(self, params: Stacked, extras: Stacked, lr: float) -> None:
         """Rewrite the stacked parameters in place after each optimizer step."""
 
     def finish(
-        self, client_state: Tensors, state: Tensors, stats: LocalStats, lr: float
+        self, client_state: Tensors, state: Tensors, stats: LocalStats, sgd: SGDSettings
     ) -> tuple[Tensors, Tensors]:
-        """(upload, kept) once a client has trained to model `state`: the tensors it sends the
-        server besides its model, and the entries its persistent state takes on."""
+        """(upload, kept) once a client has trained to model `state` with its local optimizer
+        `sgd`: the tensors it sends the server besides its model, and the entries its persistent
+        state takes on."""
         return {}, {}
 
 
@@ -96,7 +98,7 @@ class OneClient:
 
     def before_step(self, model: nn.Module) -> None:
         grads = _CohortOfOne({n: p.grad for n, p in self.params.items() if p.grad is not None})
-        corrected = self.step.correct(grads, self.extras)
+        corrected = self.step.correct(grads, self.extras, _CohortOfOne(self.data))
         if corrected is not grads:
             for name, grad in corrected.items():
                 self.params[name].grad = grad[0]

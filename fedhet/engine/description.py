@@ -52,6 +52,15 @@ class ObjectiveConfig(Section):
     def check(self, spec: Spec) -> None:
         """Checks against the rest of the spec; raise InputError naming the field."""
 
+    def display_name(self) -> str:
+        """What labels join to the algorithm's name (`FedAvg+VHL`); by default the config's
+        class name less a `Spec` or `Config` ending."""
+        return type(self).__name__.removesuffix("Spec").removesuffix("Config")
+
+    def settings(self) -> list[str]:
+        """The wrapper's non-default settings a label names (as `AlgorithmSpec.settings`)."""
+        return []
+
 
 def refuse_text(spec: Spec, field: str, method: str, steps: str | None) -> None:
     """InputError naming `field` when `method`'s `steps` (what it does to inputs; None:
@@ -92,11 +101,9 @@ class MethodConfig(AlgorithmSpec):
         """The momentum of the clients' local SGD: `local_momentum`, else federation's."""
         return fed.momentum if self.local_momentum is None else self.local_momentum
 
-    def label(self) -> str:
-        """The row label, with the algorithm's own momentum when it sets one."""
-        if self.local_momentum is None:
-            return super().label()
-        return f"{super().label()}(momentum {self.local_momentum:g})"
+    def shared_settings(self) -> list[str]:
+        """The algorithm's own momentum, when it sets one."""
+        return [] if self.local_momentum is None else [f"momentum={self.local_momentum:g}"]
 
     def plan(self, spec: Spec) -> StageNode:
         """The run's final stage node, its upstream stages beneath it."""

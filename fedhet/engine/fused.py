@@ -2,7 +2,7 @@
 
 Small clients train on tiny batches (cross-device: ~60 samples, batch 10), where autograd's and
 the optimizer's per-operation bookkeeping costs more than the arithmetic. For a chain of Linear,
-ReLU and Flatten layers (`fedhet.engine.vectorized.linear_chain`: MLPs, logistic regression)
+ReLU and Flatten layers (`fedhet.engine.cohort_gradients.linear_chain`: MLPs, logistic regression)
 with cross-entropy and plain SGD, the backward pass is three lines per layer, and each weight's
 gradient never needs to exist: `W.addmm_(delta.T, h, beta=1 - lr wd, alpha=-lr / batch)`
 computes it and applies the step, weight decay included, in one pass over W, which stays in the

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedhet.core.spec import FederationSpec
 from fedhet.data.clients import ClientData
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -71,10 +70,23 @@ def buffer_weight(steps: int, momentum: float, carried: float) -> float:
     return momentum**steps * carried + (1 - momentum**steps) / (1 - momentum)
 
 
-def sgd(model: nn.Module, lr: float, momentum: float, fed: FederationSpec) -> torch.optim.SGD:
-    """The clients' local SGD (`momentum`: `MethodConfig.client_momentum`)."""
+@dataclass(frozen=True)
+class SGDSettings:
+    """torch.optim.SGD's settings (no dampening, no Nesterov): a client's local optimizer, on
+    its job (`ClientJob.sgd`), which every executor reads."""
+
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+def sgd(model: nn.Module, settings: SGDSettings) -> torch.optim.SGD:
+    """torch's SGD over `model`'s parameters with `settings`."""
     return torch.optim.SGD(
-        model.parameters(), lr=lr, momentum=momentum, weight_decay=fed.weight_decay
+        model.parameters(),
+        lr=settings.lr,
+        momentum=settings.momentum,
+        weight_decay=settings.weight_decay,
     )
 
 

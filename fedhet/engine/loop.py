@@ -188,6 +188,7 @@ class Engine:
     ) -> list[ClientJob]:
         """The clients' jobs, each for its `steps` (default: its full local work this round)."""
         fed, seed, lr = self.spec.federation, self.spec.seed, round_lr(self.spec.federation, rnd)
+        client_sgd = self.algorithm.client_sgd
         if steps is None:
             steps = {c: local_steps(fed, seed, rnd, c, self.setup.clients[c].n) for c in clients}
         jobs = []
@@ -207,7 +208,7 @@ class Engine:
                     state.global_state,
                     state.server_state,
                     client_state,
-                    lr,
+                    client_sgd(rnd, self.setup.clients[cid], lr),
                     gen,
                     steps[cid],
                 )
@@ -250,6 +251,10 @@ class Engine:
         if self.spec.federation.system is not None:
             for name, value in plan.metrics().items():
                 state.metrics.setdefault(name, []).append(value)
+        for name, value in algo.round_metrics(rnd, results, weights.tolist()).items():
+            values = state.metrics.setdefault(name, [])
+            values.extend([float("nan")] * (rnd - len(values)))  # resumed from before the metric
+            values.append(value)
 
     def train_client(self, job: ClientJob) -> ClientResult:
         """One client's local training from the global state: what the executor runs per job."""

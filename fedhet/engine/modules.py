@@ -1,5 +1,6 @@
 """Small network parts that several methods build on: a layer that scales the gradient flowing
-back through it (DANN's gradient reversal, FedImpro's reweighting), a seeded 3-layer MLP head
+back through it (DANN's gradient reversal, FedImpro's reweighting), a loss term that counts by
+its gradient alone (DANN's domain loss beside the recorded CE), a seeded 3-layer MLP head
 (MOON's and FedBR's projection heads, DANN's domain classifier), and a model carrying such a
 part beside the classifier."""
 
@@ -27,6 +28,13 @@ def scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
     """x forward; the gradient flowing back through it is multiplied by `scale` (a negative
     scale reverses it: DANN's R_lambda is `scale_gradient(x, -lambda)`)."""
     return _ScaleGradient.apply(x, scale)
+
+
+def gradient_only(term: torch.Tensor) -> torch.Tensor:
+    """Zero forward (NaN where `term` is not finite), `term`'s gradient backward: added to a
+    loss, it moves the parameters as `term` does while the loss's value, the recorded train
+    loss, leaves it out."""
+    return term - term.detach()
 
 
 def seeded_mlp(in_dim: int, width: int, out_dim: int, seed: int, *path: str) -> nn.Sequential:

@@ -1,28 +1,39 @@
-"""What personalized methods share: layers kept on each client, and fine-tuning at evaluation.
+"""What personalized methods share: entries never shared, layers kept on each client, a model of
+each client's own trained beside the global one, and fine-tuning at evaluation.
 
+- `PartlyShared`: a trainer whose `unshared_names` never cross the network; the server averages
+  the rest and its own copies of those entries never change (FedBABU's head, FedBN's norms).
 - `PartlyLocal`: a trainer whose `local_layers` (state-dict prefixes, `parameter_layers`) stay on
   each client: a client trains from the round's global model with its own copy of those layers
   loaded, keeps them in its client state, and sends only the rest, which the server averages as
   FedAvg does. The server's copies of the local layers never change (they are the initial
   model's: what a client that has never trained holds). Each client is evaluated with its own
   model: the global shared layers and its own local ones (FedPer, LG-FedAvg, FedRep, FedRoD).
+- `PersonalModels`: a trainer whose clients each keep a model of their own in their client state
+  (under a prefix: `stored`, `to_store`), which is what is evaluated (APFL, Ditto, pFedMe).
+  `TrainedBeside`: that model takes one step (an `OwnModel`'s) at each of the client's local
+  steps, beside its copy of the global model (APFL, Ditto).
 - `fine_tune`: k steps of a client's local SGD from a model on the client's training samples, its
   batches drawn from the generator (seed, "finetune", client): the same k steps whenever it is
   asked, so a client's fine-tuned model depends on the model and the client alone (FedAvg-FT,
-  FedBABU).
+  FedBABU); `FineTuned`, a trainer whose clients are evaluated with the global model so tuned.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Iterable
 from functools import cached_property
 
+import torch
 import torch.nn.functional as F
+from torch import nn
 
 from fedhet.core.rng import torch_generator
 from fedhet.data.clients import ClientData
 from fedhet.engine import tensors
-from fedhet.engine.local import batch_schedule, local_sgd, sgd
+from fedhet.engine.local import Divergence, SGDSettings, batch_schedule, local_sgd, sgd
 from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
 
@@ -33,7 +44,24 @@ def entries_of(names: Iterable[str], layers: Iterable[str]) -> frozenset[str]:
     return frozenset(name for name in names if name.startswith(prefixes))
 
 
-class PartlyLocal(Trainer):
+class PartlyShared(Trainer):
+    """FedAvg of every state entry but `unshared_names`, which never cross the network: the
+    server's copies of them never change."""
+
+    @property
+    def unshared_names(self) -> frozenset[str]:
+        raise NotImplementedError
+
+    def shared(self, state: Tensors) -> Tensors:
+        return {k: v for k, v in state.items() if k not in self.unshared_names}
+
+    def aggregate(self, round, global_state, server_state, results, weights) -> Tensors:
+        """The shared entries averaged; the server's copies of the others never change."""
+        averaged = tensors.weighted_average([self.shared(r.state) for r in results], weights)
+        return {k: averaged.get(k, v) for k, v in global_state.items()}
+
+
+class PartlyLocal(PartlyShared):
     """FedAvg of every state entry but those of `local_layers()`, which stay on each client."""
 
     vectorizable = False  # each client starts from its own local layers
@@ -46,8 +74,9 @@ class PartlyLocal(Trainer):
     def local_names(self) -> frozenset[str]:
         return entries_of(self.build_model().state_dict(), self.local_layers())
 
-    def shared(self, state: Tensors) -> Tensors:
-        return {k: v for k, v in state.items() if k not in self.local_names}
+    @property
+    def unshared_names(self) -> frozenset[str]:
+        return self.local_names
 
     def own_model(self, global_state: Tensors, client_state: Tensors) -> Tensors:
         """The client's model: the global shared entries and its own local ones (the server's
@@ -58,6 +87,8 @@ class PartlyLocal(Trainer):
         }
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """`train_locally` from the client's own model, whose local entries it keeps: the engine
+        starts every job from the global state (why this trainer overrides `client_update`)."""
         job.model.load_state_dict(self.own_model(job.global_state, job.client_state))
         result = self.train_locally(job)
         job.client_state.update({k: result.state[k].clone() for k in self.local_names})
@@ -67,11 +98,6 @@ class PartlyLocal(Trainer):
         """The client's local training from its own model (FedAvg's local SGD by default)."""
         return super().client_update(job)
 
-    def aggregate(self, round, global_state, server_state, results, weights) -> Tensors:
-        """The shared entries averaged; the server's copies of the local ones never change."""
-        averaged = tensors.weighted_average([self.shared(r.state) for r in results], weights)
-        return {k: averaged.get(k, v) for k, v in global_state.items()}
-
     def evaluation_states(
         self, global_state: Tensors, client_states: dict[int, Tensors]
     ) -> list[Tensors]:
@@ -79,6 +105,95 @@ class PartlyLocal(Trainer):
         if not self.local_names or not client_states:
             return [global_state]
         return [self.own_model(global_state, client_states[c]) for c in sorted(client_states)]
+
+
+def stored(client_state: Tensors, prefix: str) -> Tensors:
+    """The model state a client keeps under `prefix` in its client state (empty: none yet)."""
+    return {n[len(prefix) :]: v for n, v in client_state.items() if n.startswith(prefix)}
+
+
+def to_store(state: Tensors, prefix: str) -> Tensors:
+    """A copy of the model `state`, its names under `prefix`, for a client state."""
+    return {prefix + n: v for n, v in tensors.clone(state).items()}
+
+
+class PersonalModels(Trainer):
+    """A trainer whose clients each keep a model of their own, which is what is evaluated."""
+
+    vectorizable = False  # each client trains a model of its own
+
+    def personalized(self, global_state: Tensors, client_state: Tensors) -> Tensors:
+        """The model a client with this client state is evaluated with."""
+        raise NotImplementedError
+
+    def evaluation_states(
+        self, global_state: Tensors, client_states: dict[int, Tensors]
+    ) -> list[Tensors]:
+        """Each given client's personalized model, in client order."""
+        own = [self.personalized(global_state, client_states[c]) for c in sorted(client_states)]
+        return own or [global_state]
+
+
+class OwnModel:
+    """A client's own model during a round, stepped once at each of its local steps (with the
+    federation's local SGD) on the step's batch, at the client's copy of the global model then."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, prefix: str):
+        self.model, self.optimizer, self.prefix = model, optimizer, prefix
+        self.steps = 0
+
+    def loss(self, w: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The own model's loss on the batch (`w`: the client's copy of the global model)."""
+        raise NotImplementedError
+
+    def after_step(self) -> None:
+        """What follows the optimizer's step (nothing by default)."""
+
+    def step(self, w: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss(w, x, y)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise Divergence(self.steps, value)
+        loss.backward()
+        self.optimizer.step()
+        self.after_step()
+        self.steps += 1
+
+    def state(self) -> Tensors:
+        """What the client keeps of it: its model state under the prefix."""
+        return to_store(self.model.state_dict(), self.prefix)
+
+
+class TrainedBeside(PersonalModels):
+    """Each client's own model (the client context, an `OwnModel`) takes its step at the start
+    of each of the client's local steps, before its copy of the global model takes FedAvg's,
+    which nothing of the own model reaches; the client keeps it in its client state."""
+
+    @cached_property
+    def initial_model(self) -> Tensors:
+        """Every own model before its client's first round: the initial model."""
+        return tensors.clone(self.build_model().to(self.setup.device).state_dict())
+
+    def own_copy(
+        self, job: ClientJob, state: Tensors, settings: SGDSettings
+    ) -> tuple[nn.Module, torch.optim.SGD]:
+        """A model holding `state` and the clients' local SGD of it with `settings`."""
+        model = copy.deepcopy(job.model)
+        model.load_state_dict(state)
+        return model, sgd(model, settings)
+
+    def local_loss(
+        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        job.context.step(model, x, y)
+        return super().local_loss(job, model, x, y)
+
+    def client_update(self, job: ClientJob) -> ClientResult:
+        result = super().client_update(job)
+        job.client_state.update(job.context.state())
+        return result
 
 
 def fine_tune(
@@ -102,7 +217,7 @@ def fine_tune(
     spec = trainer.setup.spec
     generator = torch_generator(spec.seed, "finetune", client.id)
     batches = batch_schedule(client.n, trainer.fed.batch_size, steps, generator)
-    optimizer = sgd(model, lr, trainer.momentum, trainer.fed)
+    optimizer = sgd(model, trainer.client_sgd(0, client, lr))
     classes = trainer.setup.dataset.num_classes
 
     def loss(m, x, y):
@@ -110,6 +225,27 @@ def fine_tune(
 
     local_sgd(model, client, batches, optimizer, loss, _nothing, _nothing)
     return tensors.clone(model.state_dict())
+
+
+class FineTuned(Trainer):
+    """Each client is evaluated with the global model fine-tuned on its data: the config's
+    `finetune_steps` steps at `finetune_lr` (default: federation.lr) of `fine_tuned_names`."""
+
+    def fine_tuned_names(self) -> frozenset[str] | None:
+        """The parameters fine-tuning trains (None: all)."""
+        return None
+
+    def evaluation_states(
+        self, global_state: Tensors, client_states: dict[int, Tensors]
+    ) -> list[Tensors]:
+        """The global model fine-tuned on each client's data, in client order."""
+        steps, lr = self.config.finetune_steps, self.config.finetune_lr or self.fed.lr
+        trainable = self.fine_tuned_names()
+        tuned = [
+            fine_tune(self, global_state, self.setup.clients[c], steps, lr, trainable)
+            for c in sorted(client_states)
+        ]
+        return tuned or [global_state]
 
 
 def _nothing(model) -> None:

@@ -20,8 +20,8 @@ touched since the previous one; when the chain's rows exceed twice the clients h
 delta holds every client and starts a new chain, so reads and disk stay within a small multiple
 of one full table and writes within twice the touched clients, amortized.
 
-Every array carries zarr's crc32c checksum (fedhet.core.store.create_array), and a checkpoint and
-a delta are sealed (fedhet.core.store.seal: the checksums of their members' metadata and of their
+Every array carries zarr's crc32c checksum (fedhet.core.sealed.create_array), and a checkpoint and
+a delta are sealed (fedhet.core.sealed.seal: the checksums of their members' metadata and of their
 attributes): a checkpoint whose arrays, metadata or attributes, or those of a delta it lists, fail
 them is skipped for an older one, if a crash left one, else round 0.
 
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
-from fedhet.core.store import create_array, damage_in, open_sealed, seal
+from fedhet.core.sealed import create_array, damage_in, open_sealed, seal
 from fedhet.engine.system import METRICS as SYSTEM_METRICS
 from fedhet.process import interrupts
 

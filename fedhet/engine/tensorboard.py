@@ -3,8 +3,10 @@
 Two writers share this module: a stage computing a run's final artifact writes each round as it
 trains (`runtime.tensorboard`), and `fedhet export --tensorboard` writes stored runs, so the
 same run gives the same scalars either way. Step k is round k (from 1); the scalars are the
-stored metrics under their names plus `learning_rate`. A metric that is NaN in a round (test
-accuracy between evaluations, TCT's quality metrics during stage 1) is left out of that step.
+stored metrics plus `learning_rate`, each in the unit every table shows it in and named with it
+(`fedhet.core.units`: accuracies in percent as `test_accuracy_pct`, the rest under their stored
+names). A metric that is NaN in a round (test accuracy between evaluations, TCT's quality
+metrics during stage 1) is left out of that step.
 
 A writer that starts at round k first purges the folder's events from step k on (TensorBoard's
 purge step), so a resumed run or a second export replaces the events it repeats.
@@ -19,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from fedhet.core import units
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext
 
@@ -43,8 +46,8 @@ def check_folder(folder: str | Path, field: str) -> Path:
 def run_folder(root: Path, label: str) -> Path:
     """The event folder of the run labelled `label`, named safely for a shell and a URL: each
     run of characters other than letters, digits and `.=+@-` becomes one `_`
-    (`fedavg, alpha=0.1, seed 0` -> `fedavg_alpha=0.1_seed_0`). The label itself is written
-    in the events as the text `run`."""
+    (`FedAvg (momentum=0.9), alpha=0.1, seed 0` -> `FedAvg_momentum=0.9_alpha=0.1_seed_0`).
+    The label itself is written in the events as the text `run`."""
     return root / (re.sub(r"[^\w.=+@-]+", "_", label).strip("_") or "_")
 
 
@@ -60,7 +63,8 @@ class RoundWriter:
     def write(self, round_index: int, row: Mapping[str, float], learning_rate: float) -> None:
         for name, value in {**row, LEARNING_RATE: learning_rate}.items():
             if not math.isnan(value):
-                self.events.add_scalar(name, value, round_index + 1)
+                tag, shown = units.shown_name(name), units.shown_value(name, value)
+                self.events.add_scalar(tag, shown, round_index + 1)
 
     def write_rounds(
         self, metrics: Mapping[str, Sequence[float]], learning_rates: Sequence[float]

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import zarr
 
-from fedhet.core.store import create_array
+from fedhet.core.sealed import create_array
 
 Tensors = dict[str, torch.Tensor]
 

@@ -12,13 +12,17 @@ A trainer is a few functions over explicit state:
 - `aggregate(round, global_state, server_state, results, weights)`: the new global state;
 - hooks: `synchronized_first_step` (a lockstep step across the round's clients, returning the
   `Traffic` it adds), `download`/`shared` (what crosses the network, for accounting),
-  `evaluation_states` (personalized models to evaluate) and `build_model`.
-A method whose data term differs (Mixup's mixed batches, MOON's contrastive term) overrides
-`local_loss`, and builds what that term reads for one client's job in `client_context(job)` (its
-seeded draws, its frozen anchor models: on the job, never on the trainer, which the round's
-clients share). A method whose clients train in a way no client step states (FedBR's adversarial
-rounds, DANN's two optimizers) overrides `client_update`. Either declares
-`vectorizable = False`: its clients then train one at a time.
+  `evaluation_states` (personalized models to evaluate) and `build_model`;
+- `client_sgd(round, client, lr)`: the client's local optimizer settings, carried by its job
+  (`ClientJob.sgd`), the one place every executor and method reads them.
+A method whose data term differs (Mixup's mixed batches, MOON's contrastive term, DANN's domain
+loss) overrides `local_loss`, and builds what that term reads for one client's job in
+`client_context(job)` (its seeded draws, its frozen anchor models, its update count: on the job,
+never on the trainer, which the round's clients share); `client_optimizer(job, model)` gives a
+part of the model settings of its own (DANN's domain classifier). A method whose clients train
+in a way the engine's loop cannot run (FedBR's adversarial rounds, a personalized model trained
+beside the shared one) overrides `client_update`. Any of these declares `vectorizable = False`:
+its clients then train one at a time.
 The engine owns the round loop, sampling, evaluation, metrics and checkpoints.
 """
 
@@ -36,7 +40,7 @@ from fedhet.data.clients import ClientData
 from fedhet.engine import momentum_buffers, objectives, tensors
 from fedhet.engine.client_step import ClientStep, OneClient
 from fedhet.engine.description import MethodConfig
-from fedhet.engine.local import LocalStats, batch_schedule, local_sgd, sgd
+from fedhet.engine.local import LocalStats, SGDSettings, batch_schedule, local_sgd, sgd
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.tensors import Tensors
 
@@ -51,7 +55,7 @@ class ClientJob:
     global_state: Tensors
     server_state: Tensors
     client_state: Tensors  # persists across rounds for this client (e.g. control variates)
-    lr: float
+    sgd: SGDSettings  # the client's local optimizer (`Trainer.client_sgd`), read only from here
     generator: torch.Generator
     steps: int  # local steps this round (fedhet.engine.system: the federation's, or drawn)
     first_step: Callable[[nn.Module], torch.Tensor] | None = None
@@ -83,7 +87,7 @@ class Trainer:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        hooks = ("client_update", "local_loss")
+        hooks = ("client_update", "local_loss", "client_optimizer")
         own = [hook for hook in hooks if getattr(cls, hook) is not getattr(Trainer, hook)]
         if own and cls.vectorizable:
             raise TypeError(
@@ -148,6 +152,14 @@ class Trainer:
     ) -> Tensors:
         return tensors.weighted_average([r.state for r in results], weights)
 
+    def round_metrics(
+        self, round: int, results: list[ClientResult], weights: list[float]
+    ) -> dict[str, float]:
+        """Metrics the method measures in a round beyond the engine's (FedDF's ensemble and
+        average on the validation split), from the round's results and aggregation weights
+        (none in a round nobody reports); stored per round with the run's. None by default."""
+        return {}
+
     def synchronized_first_step(
         self, round: int, model: nn.Module, jobs: list[ClientJob], weights: list[float]
     ) -> Traffic:
@@ -173,6 +185,12 @@ class Trainer:
         share; each client's own tensors come from its state (`ClientStep.extras`)."""
         return ClientStep()
 
+    def client_sgd(self, round: int, client: ClientData, lr: float) -> SGDSettings:
+        """The local optimizer of `client` in round `round`, whose step size is `lr` (the
+        federation's momentum, or the algorithm's `local_momentum`, and weight decay): what its
+        job carries to every executor."""
+        return SGDSettings(lr, self.momentum, self.fed.weight_decay)
+
     def client_context(self, job: ClientJob) -> Any:
         """What the client's `local_loss` reads while it trains in this job, built as it starts
         (e.g. its seeded mixup draws, its frozen anchor models): per-client state lives on the
@@ -185,6 +203,12 @@ class Trainer:
         """The data term of a client's loss (the client step adds its own); `job.context` holds
         what `client_context` built for the job."""
         return self.objective.loss(model, x, y, job.generator)
+
+    def client_optimizer(self, job: ClientJob, model: nn.Module) -> torch.optim.Optimizer:
+        """The optimizer of a client's local steps: torch's SGD with the job's settings. (DANN's
+        gives its domain classifier settings of its own; a step moves only the parameters its
+        loss reached.)"""
+        return sgd(model, job.sgd)
 
     def local_steps(self, job: ClientJob) -> int:
         return job.steps
@@ -199,8 +223,8 @@ class Trainer:
         job.context = self.client_context(job)
         model = job.model
         step = self.client_step(job.round, job.global_state, job.server_state)
-        one = OneClient(step, model, step.extras(job.client_state), job.lr)
-        optimizer = sgd(model, job.lr, self.momentum, self.fed)
+        one = OneClient(step, model, step.extras(job.client_state), job.sgd.lr)
+        optimizer = self.client_optimizer(job, model)
         carried = 0.0
         if self.keeps_buffers:
             carried = momentum_buffers.restore(optimizer, model, job.client_state)
@@ -224,6 +248,6 @@ class Trainer:
     ) -> ClientResult:
         """The result of a client trained to `state` (either executor): what its step uploads,
         and its persistent state updated with what the step keeps."""
-        upload, kept = step.finish(job.client_state, state, stats, job.lr)
+        upload, kept = step.finish(job.client_state, state, stats, job.sgd)
         job.client_state.update(kept)
         return ClientResult(job.client.id, state, job.client.n, stats, upload)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from fedhet.core.sections import labelled
 from fedhet.core.spec import Spec, partition_label
 
 # Spec fields that never tell two groups apart: labels, the matrix itself, runtime settings.
@@ -25,7 +27,7 @@ def group_labels(runs: list[tuple[str, dict[str, Any], Spec]]) -> dict[str, tupl
     specs = {group: runs[0][1] for group, runs in members.items()}
     flat = {group: _flat_fields(spec) for group, spec in specs.items()}
     for path in _distinguishing_fields(parts, specs):
-        for group, (algorithm, setting) in parts.items():
+        for group, (_, algorithm, setting) in parts.items():
             value = flat[group].get(path)
             if value is not None:
                 side = algorithm if path.startswith("algorithm.") else setting
@@ -33,16 +35,19 @@ def group_labels(runs: list[tuple[str, dict[str, Any], Spec]]) -> dict[str, tupl
     return _unique({group: _joined(*both) for group, both in parts.items()})
 
 
-def _joined(algorithm: list[str], setting: list[str]) -> tuple[str, str]:
-    return ", ".join(dict.fromkeys(algorithm)), ", ".join(dict.fromkeys(setting))
+def _joined(name: str, algorithm: list[str], setting: list[str]) -> tuple[str, str]:
+    """The algorithm's label, its settings in its one parenthesis; the setting's label."""
+    return labelled(name, list(dict.fromkeys(algorithm))), ", ".join(dict.fromkeys(setting))
 
 
-def _axis_parts(runs: list[tuple[dict[str, Any], Spec]]) -> tuple[list[str], list[str]]:
-    """The algorithm and setting label parts of one group's matrix axes."""
+def _axis_parts(runs: list[tuple[dict[str, Any], Spec]]) -> tuple[str, list[str], list[str]]:
+    """The algorithm's name, its settings (its label's and the matrix axes') and the setting's
+    label parts of one group."""
     axes, spec = runs[0]
-    algorithm, setting = [spec.algorithm.label()], []
+    name, algorithm = spec.algorithm.label_parts()
+    setting: list[str] = []
     for axis, value in axes.items():
-        if axis in ("seed", "algorithm", "algorithm.name"):  # the latter two: in label() above
+        if axis in ("seed", "algorithm", "algorithm.name"):  # the latter two: in the name above
             continue
         if any(other[axis] != value for other, _ in runs):  # not a property of the group
             continue
@@ -53,7 +58,7 @@ def _axis_parts(runs: list[tuple[dict[str, Any], Spec]]) -> tuple[list[str], lis
             side.extend(_field_part(f"{axis}.{k}", v) for k, v in value.items())
         else:
             side.append(_field_part(axis, value))
-    return algorithm, setting or [partition_label(spec.partition)]
+    return name, algorithm, setting or [partition_label(spec.partition)]
 
 
 def _field_part(path: str, value: Any) -> str:
@@ -87,7 +92,7 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _distinguishing_fields(
-    parts: dict[str, tuple[list[str], list[str]]], specs: dict[str, Spec]
+    parts: dict[str, tuple[str, list[str], list[str]]], specs: dict[str, Spec]
 ) -> list[str]:
     """The fields that differ between groups that share both labels, in spec order."""
     sharing: dict[tuple[str, str], list[str]] = {}
@@ -107,3 +112,18 @@ def _unique(labels: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
         group: (algorithm, setting if count[algorithm, setting] == 1 else f"{setting} {group[:8]}")
         for group, (algorithm, setting) in labels.items()
     }
+
+
+def named_label(given: str, labels: Sequence[str]) -> str | None:
+    """The one of `labels` that `given` names: itself, else the one label equal to it but for
+    case, spaces and punctuation, as labels were written before they took the papers' spelling
+    (`fedavg(momentum 0.9)` names `FedAvg (momentum=0.9)`, `fedprox, mu=0.01` names
+    `FedProx (mu=0.01)`); None when none, or several, do."""
+    if given in labels:
+        return given
+    loose = list(dict.fromkeys(label for label in labels if _loose(label) == _loose(given)))
+    return loose[0] if len(loose) == 1 else None
+
+
+def _loose(label: str) -> str:
+    return re.sub(r"[^a-z0-9.]", "", label.lower())

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedhet.core.data_config import DataConfig
 from fedhet.core.pipeline import StageNode
 from fedhet.core.spec import Spec
 from fedhet.execution.planning import Run, plan
@@ -30,8 +29,7 @@ class Task:
 
     def __reduce__(self):
         spec = self.run_spec.model_dump(mode="json", serialize_as_any=True)
-        data = self.run_spec.data
-        identity = data.keyed_identity() if isinstance(data, DataConfig) else None
+        identity = self.run_spec.data.keyed_identity()
         return _replanned, (spec, identity, self.key, self.store_root, self.labels, self.run_name)
 
 

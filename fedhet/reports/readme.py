@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from fedhet.core.errors import InputError
+from fedhet.execution.labels import named_label
 from fedhet.reports.comparison import FLOOR_POINTS
 
 BEST = "Best test accuracy"
@@ -51,6 +52,7 @@ class Report:
 
     def paired(self, algorithm: str, setting: str, metric: str = BEST) -> dict[str, str]:
         header, *rows = self.table(metric)
+        algorithm = named_label(algorithm, [row[0] for row in rows]) or algorithm
         for row in rows:
             if row[:2] == [algorithm, setting]:
                 return dict(zip(header, row, strict=False))
@@ -200,7 +202,9 @@ def _cell_text(reports: dict[str, Report], cell: Any) -> str:
     if not isinstance(cell, dict):
         return str(cell)
     header, *rows = reports[cell["report"]].table("")
-    row = next((r for r in rows if r[0] == cell["algorithm"]), None)
+    # a label as the report writes it, or as reports wrote it before (readme.yaml reads both)
+    algorithm = named_label(cell["algorithm"], [r[0] for r in rows])
+    row = next((r for r in rows if r[0] == algorithm), None)
     if row is None:
         raise InputError(f"reports/{cell['report']}.md has no row {cell['algorithm']!r}")
     values = dict(zip(header, row, strict=False))

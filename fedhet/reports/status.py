@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from fedhet.engine.extension import Extension
 
 STORED, PARTIAL, MISSING, DIVERGED = "stored", "partial", "missing", "diverged"
+DAMAGED = "damaged"  # stored, but `fedhet artifacts verify` finds it corrupt
 DONE = (STORED, DIVERGED)  # a diverged stage is a result too: nothing left to run
 # The federation fields that set how much work a round is.
 _FEDERATION_SIZES = ("clients_per_round", "fraction", "local_epochs", "local_steps", "batch_size")
@@ -173,19 +174,39 @@ def plan_rows(runs: list[Run], store: ArtifactStore) -> tuple[list[dict[str, Any
                     "left": "" if state.state in DONE else duration(left),
                 }
             )
-    return rows, _summary(rows)
+    return rows, summary(rows)
 
 
-def _summary(rows: list[dict[str, Any]]) -> str:
+def outcome_row(label: str, stage: str, key: str, store: ArtifactStore) -> dict[str, Any]:
+    """The plan's row of an artifact computed from the runs' results, not from a run of its own
+    (a tune's outcome): stored, missing, or damaged with what `fedhet artifacts verify` finds
+    (its checksums recomputed: such an artifact holds attributes, no large arrays)."""
+    problems = store.verify(stage, key) if store.exists(stage, key) else None
+    state = (
+        MISSING if problems is None else f"{DAMAGED}: {'; '.join(problems)}" if problems else STORED
+    )
+    return {
+        "run": label,
+        "stage": stage,
+        "key": key[:10],
+        "state": state,
+        "runs": 1,
+        "seconds_left": None,
+        "left": "" if state == STORED else duration(None),
+    }
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """The plan's states in one line, and the time still needed."""
     counts = defaultdict(int)
     for row in rows:
-        counts[row["state"].split()[0]] += 1
+        counts[row["state"].split()[0].rstrip(":")] += 1
     states = ", ".join(
-        f"{counts[s]} {s}" for s in (STORED, DIVERGED, PARTIAL, MISSING) if counts[s]
+        f"{counts[s]} {s}" for s in (STORED, DIVERGED, PARTIAL, MISSING, DAMAGED) if counts[s]
     )
     unknown = sum(row["seconds_left"] is None for row in rows)
     total = sum(row["seconds_left"] or 0.0 for row in rows)
-    if counts[PARTIAL] + counts[MISSING] == 0:
+    if counts[PARTIAL] + counts[MISSING] + counts[DAMAGED] == 0:
         return f"{len(rows)} stages: {states}; nothing left to run"
     needed = f"about {duration(total)} still needed" if total else "no time estimate"
     if unknown and total:

@@ -82,6 +82,11 @@ def planned_trials(spec: Spec, tune: TuneSpec, store: ArtifactStore) -> tuple[li
     return runs, sum(choice.group.budget for choice in choices) - asked
 
 
+def outcome_key(spec: Spec, tune: TuneSpec) -> str:
+    """The key of the tune's stored outcome (stage `tune`)."""
+    return tune_key(tune, tune_groups(spec, tune))
+
+
 def _done(run: Run, store: ArtifactStore) -> bool:
     """Whether the run has its result: stored, or a recorded divergence."""
     stored = store.exists(run.node.stage, run.node.key)

@@ -162,6 +162,19 @@ class NaturalPartition(_PartitionBase):
     clients: int = Field(
         10, ge=1, le=MAX_CLIENTS, exclude=True, description="the data's clients (filled in)"
     )
+    by: Annotated[str | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        min_length=1,
+        description="the data's column of client ids, one client per distinct value in sorted "
+        "order (dataset huggingface); default: the data's own client ids",
+    )
+    group: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        ge=1,
+        le=MAX_CLIENTS,
+        description="this many consecutive natural ids per client, the last client taking what "
+        "remains (flwr-datasets' GroupedNaturalIdPartitioner, mode allow-smaller)",
+    )
 
 
 PartitionConfig = (
@@ -187,7 +200,7 @@ def partition_label(p: BaseModel) -> str:
         "subset": "subset",
         "quantity": f"quantity(alpha={getattr(p, 'alpha', '')})",
         "rotation": "rotated",
-        "natural": "natural",
+        "natural": _natural_label(p),
     }[p.scheme]
     if p.rotation is not None and p.scheme != "rotation":
         base += "+rot"
@@ -196,3 +209,8 @@ def partition_label(p: BaseModel) -> str:
     if p.max_samples is not None:
         base += f", <={p.max_samples}/client"
     return base
+
+
+def _natural_label(p: BaseModel) -> str:
+    by, group = getattr(p, "by", None), getattr(p, "group", None)
+    return "natural" + (f" by {by}" if by else "") + (f", {group} ids/client" if group else "")

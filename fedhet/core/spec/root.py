@@ -19,7 +19,7 @@ from fedhet.core.spec.federation import FederationSpec
 from fedhet.core.spec.model import ModelSpec
 from fedhet.core.spec.partition import IIDPartition, PartitionSpec
 from fedhet.core.spec.runtime import RuntimeSpec
-from fedhet.core.spec.tagged import PLUGGABLE
+from fedhet.core.spec.tagged import PLUGGABLE, validate_data
 from fedhet.core.tune_spec import TuneSpec
 
 
@@ -31,7 +31,7 @@ class Spec(Section):
     name: str = "experiment"
     description: str = ""
     seed: int = Field(0, ge=0, le=MAX_SEED)
-    data: SerializeAsAny[DataSpec] = DataSpec()  # a plug-in's block is a DataSpec subclass
+    data: SerializeAsAny[DataSpec] = Field(default_factory=lambda: validate_data({}))
     partition: PartitionSpec = IIDPartition()
     model: SerializeAsAny[ModelConfig] = ModelSpec()
     federation: FederationSpec = FederationSpec()

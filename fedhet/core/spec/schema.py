@@ -8,10 +8,10 @@ from typing import Annotated, Any, Union
 from pydantic import BaseModel, Field, create_model
 
 from fedhet.core.spec.algorithm import algorithm_configs, validate_algorithm
-from fedhet.core.spec.data import DataSpec, dataset_configs
+from fedhet.core.spec.data import dataset_configs
 from fedhet.core.spec.model import ModelSpec, model_configs
 from fedhet.core.spec.root import Spec
-from fedhet.core.spec.tagged import tagged_union
+from fedhet.core.spec.tagged import tagged_union, validate_data
 
 
 def json_schema() -> dict[str, Any]:
@@ -25,7 +25,7 @@ def json_schema() -> dict[str, Any]:
         "Spec",
         __base__=Spec,
         algorithm=(algorithm_union, default),
-        data=(data_union, DataSpec()),
+        data=(data_union, validate_data({})),
         model=(model_union, ModelSpec()),
     )
     schema = schema_model.model_json_schema()

@@ -5,12 +5,13 @@ fedhet's own or a plug-in's)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from fedhet.core import plugins
 from fedhet.core.spec.algorithm import algorithm_configs
-from fedhet.core.spec.data import dataset_configs
+from fedhet.core.spec.data import DEFAULT_DATASET, DataSpec, dataset_configs
 from fedhet.core.spec.model import model_configs
 from fedhet.core.spec.partition import PartitionConfig
 
@@ -18,7 +19,7 @@ DISCRIMINATORS = ("scheme",)  # the tag fields of the spec's discriminated union
 
 # section -> (the field that chooses its config class, the classes, that field's default)
 PLUGGABLE: dict[str, tuple[str, Callable[[], dict[str, type[BaseModel]]], str]] = {
-    "data": ("dataset", dataset_configs, "digits"),
+    "data": ("dataset", dataset_configs, DEFAULT_DATASET),
     "model": ("arch", model_configs, "simple_cnn"),
 }
 
@@ -35,3 +36,9 @@ def tagged_union(section: str) -> tuple[str, str, dict[str, type[BaseModel]]] | 
         tag, configs, _ = PLUGGABLE[section]
         return tag, tag, configs()
     return None
+
+
+def validate_data(value: Any) -> DataSpec:
+    """A `data:` block validated by its dataset's config class (default: digits)."""
+    tag, configs, default = PLUGGABLE["data"]
+    return plugins.validate_section(value, "data", tag, configs(), default)

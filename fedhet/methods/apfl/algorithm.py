@@ -35,17 +35,12 @@ parameters are in the evaluated model.
 
 from __future__ import annotations
 
-import copy
-import math
-from dataclasses import dataclass
-from functools import cached_property
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from fedhet.plugin import ClientJob, ClientResult, Divergence, Tensors, Trainer, tensors
+from fedhet.plugin import ClientJob, OwnModel, Tensors, TrainedBeside, stored
 
 LOCAL = "local."  # + a model state name: the client's local model v_i
 ALPHA = "alpha"  # the client's mixing weight
@@ -64,82 +59,47 @@ def mixture_loss(
     return F.cross_entropy(functional_call(local, mixed, (x,)), y)
 
 
-@dataclass
-class Mixture:
+class Mixture(OwnModel):
     """A client's v_i and alpha_i during a round: one step per local step, at the step's w."""
 
-    local: nn.Module
-    optimizer: torch.optim.SGD
-    alpha: torch.Tensor
-    adaptive: bool
-    lr: float
-    steps: int = 0
+    def __init__(
+        self,
+        local: nn.Module,
+        optimizer: torch.optim.SGD,
+        alpha: torch.Tensor,
+        adaptive: bool,
+        lr: float,
+    ):
+        super().__init__(local, optimizer, LOCAL)
+        self.alpha, self.adaptive, self.lr = alpha, adaptive, lr
 
-    def step(self, w_model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
-        w = {n: p.detach() for n, p in w_model.named_parameters()}
-        alpha = self.alpha.clone().requires_grad_(self.adaptive)
-        self.local.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = mixture_loss(self.local, w, alpha, x, y)
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise Divergence(self.steps, value)
-        loss.backward()
-        self.optimizer.step()
+    def loss(self, w: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.stepped = self.alpha.clone().requires_grad_(self.adaptive)  # alpha, for its gradient
+        fixed = {n: p.detach() for n, p in w.named_parameters()}
+        return mixture_loss(self.model, fixed, self.stepped, x, y)
+
+    def after_step(self) -> None:
         if self.adaptive:
-            self.alpha = (self.alpha - self.lr * alpha.grad).clamp(0.0, 1.0)
-        self.steps += 1
+            self.alpha = (self.alpha - self.lr * self.stepped.grad).clamp(0.0, 1.0)
 
     def state(self) -> Tensors:
-        own = tensors.clone(self.local.state_dict())
-        return {**{LOCAL + n: v for n, v in own.items()}, ALPHA: self.alpha.detach().clone()}
+        return {**super().state(), ALPHA: self.alpha.detach().clone()}
 
 
-class APFL(Trainer):
-    vectorizable = False  # each client's v_i and alpha_i train beside its copy of w
-
-    @cached_property
-    def initial_model(self) -> Tensors:
-        """Every v_i before its client's first round: the initial model."""
-        return tensors.clone(self.build_model().to(self.setup.device).state_dict())
+class APFL(TrainedBeside):
+    """Each client's v_i and alpha_i train beside its copy of w."""
 
     def local_model(self, client_state: Tensors) -> tuple[Tensors, torch.Tensor]:
         """The client's (v_i, alpha_i)."""
-        own = {n[len(LOCAL) :]: v for n, v in client_state.items() if n.startswith(LOCAL)}
         alpha = client_state.get(ALPHA)
         if alpha is None:
             alpha = torch.tensor(self.config.alpha, device=self.setup.device)
-        return own or self.initial_model, alpha
+        return stored(client_state, LOCAL) or self.initial_model, alpha
 
     def client_context(self, job: ClientJob) -> Mixture:
         state, alpha = self.local_model(job.client_state)
-        local = copy.deepcopy(job.model)
-        local.load_state_dict(state)
-        optimizer = torch.optim.SGD(
-            local.parameters(),
-            lr=job.lr,
-            momentum=self.momentum,
-            weight_decay=self.fed.weight_decay,
-        )
-        return Mixture(local, optimizer, alpha, self.config.adaptive, job.lr)
-
-    def local_loss(
-        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        job.context.step(model, x, y)  # v_i's and alpha_i's step at this step's w
-        return super().local_loss(job, model, x, y)
-
-    def client_update(self, job: ClientJob) -> ClientResult:
-        result = super().client_update(job)
-        job.client_state.update(job.context.state())
-        return result
-
-    def evaluation_states(
-        self, global_state: Tensors, client_states: dict[int, Tensors]
-    ) -> list[Tensors]:
-        """Each given client's alpha_i v_i + (1 - alpha_i) w, in client order."""
-        mixed = [self.personalized(global_state, client_states[c]) for c in sorted(client_states)]
-        return mixed or [global_state]
+        local, optimizer = self.own_copy(job, state, job.sgd)
+        return Mixture(local, optimizer, alpha, self.config.adaptive, job.sgd.lr)
 
     def personalized(self, global_state: Tensors, client_state: Tensors) -> Tensors:
         local, alpha = self.local_model(client_state)

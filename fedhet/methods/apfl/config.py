@@ -6,14 +6,13 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MethodConfig
+from fedhet.plugin import OwnModelsConfig
 
 
-class APFLConfig(MethodConfig):
-    trainer: ClassVar[str | None] = "fedhet.methods.apfl.algorithm:APFL"
+class APFLConfig(OwnModelsConfig):
     # each client's mixture alpha v + (1 - alpha) w is what is evaluated (and stored with the run)
-    personalized: ClassVar[bool] = True
-    keeps_momentum_buffers: ClassVar[bool] = False  # the clients' states are models
+    trainer: ClassVar[str | None] = "fedhet.methods.apfl.algorithm:APFL"
+    display_name: ClassVar[str | None] = "APFL"
     name: Literal["apfl"] = "apfl"
     alpha: float = Field(
         0.5, ge=0, le=1, description="each client's mixing weight of its local model, at the start"
@@ -22,5 +21,5 @@ class APFLConfig(MethodConfig):
         True, description="learn each client's alpha by gradient steps (clipped to [0, 1])"
     )
 
-    def base_label(self) -> str:
-        return "APFL" if self.adaptive else f"APFL (alpha={self.alpha:g})"
+    def settings(self) -> list[str]:
+        return [] if self.adaptive else [f"alpha={self.alpha:g}"]

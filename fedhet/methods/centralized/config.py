@@ -10,6 +10,7 @@ from fedhet.plugin import InputError, MethodConfig
 class CentralizedConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.centralized.algorithm:Centralized"
     undefined_metrics: ClassVar[frozenset[str]] = frozenset({"divergence"})
+    display_name: ClassVar[str | None] = "Centralized"
     name: Literal["centralized"] = "centralized"
 
     def check(self, spec) -> None:

@@ -40,23 +40,25 @@ Where fedhet differs, and why:
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
 from fedhet.methods.dann.config import DANNConfig
 from fedhet.plugin import (
     ClientJob,
-    ClientResult,
-    Divergence,
+    ClientStep,
     LocalStats,
+    SGDSettings,
+    Tensors,
     Trainer,
     WithPart,
+    gradient_only,
     scale_gradient,
     seeded_mlp,
-    tensors,
 )
 
 UPDATES = "dann_updates"  # a client's update count (schedule: alternate), in its state
@@ -82,8 +84,35 @@ def trains_discriminator(count: int, d_steps_per_g: int) -> bool:
 # --- the algorithm ------------------------------------------------------------------------
 
 
+class Alternation(ClientStep):
+    """FedAvg's step; a client of `schedule: alternate` keeps its update count across rounds."""
+
+    def __init__(self, alternate: bool):
+        self.alternate = alternate
+
+    def finish(
+        self, client_state: Tensors, state: Tensors, stats: LocalStats, sgd: SGDSettings
+    ) -> tuple[Tensors, Tensors]:
+        if not self.alternate:
+            return {}, {}
+        count = update_count(client_state) + stats.steps
+        return {}, {UPDATES: torch.tensor(count, dtype=torch.int64)}
+
+
+def update_count(client_state: Tensors) -> int:
+    """The client's updates before this round (schedule: alternate)."""
+    return int(client_state[UPDATES]) if UPDATES in client_state else 0
+
+
+@dataclass
+class Updates:
+    """A client's running update count while it trains (its job's context)."""
+
+    count: int
+
+
 class DANN(Trainer):
-    vectorizable = False  # two optimizers and alternating steps of its own
+    vectorizable = False  # each step's loss and trained part depend on the client's count
     config: DANNConfig
 
     def build_model(self) -> WithPart:
@@ -94,53 +123,52 @@ class DANN(Trainer):
         )
         return WithPart(net, "discriminator", disc)
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        cfg, model = self.config, job.model
-        net, disc = model.net, model.discriminator
-        net_params, disc_params = list(net.parameters()), list(disc.parameters())
-        main = torch.optim.SGD(
-            net_params, lr=job.lr, momentum=self.momentum, weight_decay=self.fed.weight_decay
+    def client_step(self, round: int, global_state: Tensors, server_state: Tensors) -> Alternation:
+        return Alternation(self.config.schedule == "alternate")
+
+    def client_context(self, job: ClientJob) -> Updates:
+        return Updates(update_count(job.client_state))
+
+    def client_optimizer(self, job: ClientJob, model: WithPart) -> torch.optim.SGD:
+        """The job's SGD for phi and h; D's own: no momentum, `disc_lr` (default the job's lr)
+        and `disc_weight_decay`. A step moves only the parameters its loss reached."""
+        cfg, settings = self.config, job.sgd
+        disc = {
+            "params": model.discriminator.parameters(),
+            "lr": cfg.disc_lr or settings.lr,
+            "momentum": 0.0,
+            "weight_decay": cfg.disc_weight_decay,
+        }
+        return torch.optim.SGD(
+            [{"params": model.net.parameters()}, disc],
+            lr=settings.lr,
+            momentum=settings.momentum,
+            weight_decay=settings.weight_decay,
         )
-        adversary = torch.optim.SGD(
-            disc_params, lr=cfg.disc_lr or job.lr, weight_decay=cfg.disc_weight_decay
-        )
+
+    def local_loss(
+        self, job: ClientJob, model: WithPart, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        """CE(h(z), y), with the domain loss's gradient: D's alone on D's turn, phi's (reversed)
+        and h's with D held on theirs, both at once under `schedule: joint`. Its value is the
+        CE, the run's train loss."""
+        cfg, net, disc = self.config, model.net, model.discriminator
+        domain = torch.full((len(y),), job.client.id, dtype=torch.long, device=y.device)
+        job.context.count += 1
         alternate = cfg.schedule == "alternate"
-        count = int(job.client_state[UPDATES]) if UPDATES in job.client_state else 0
-        model.train()
-        total, steps, first = 0.0, 0, math.nan
-        for step, idx in enumerate(self.client_batches(job)):
-            x, y = job.client.rows(idx)
-            domain = torch.full((len(idx),), job.client.id, dtype=torch.long, device=y.device)
-            count += 1
-            if alternate and trains_discriminator(count, cfg.d_steps_per_g):
-                with torch.no_grad():
-                    z = net.features(x)
-                    ce = F.cross_entropy(net.head(z), y)
-                domain_loss = F.cross_entropy(disc(z), domain)
-                adversary.zero_grad(set_to_none=True)
-                domain_loss.backward(inputs=disc_params)
-                adversary.step()
-            else:
+        if alternate and trains_discriminator(job.context.count, cfg.d_steps_per_g):
+            with torch.no_grad():
                 z = net.features(x)
                 ce = F.cross_entropy(net.head(z), y)
-                domain_loss = F.cross_entropy(disc(reverse_gradient(z, cfg.lam)), domain)
-                main.zero_grad(set_to_none=True)
-                adversary.zero_grad(set_to_none=True)
-                if alternate:  # D held: only phi and h move
-                    (ce + domain_loss).backward(inputs=net_params)
-                    main.step()
-                else:
-                    (ce + domain_loss).backward()
-                    main.step()
-                    adversary.step()
-            value = float(ce.detach())
-            for loss in (value, float(domain_loss.detach())):
-                if not math.isfinite(loss):
-                    raise Divergence(step, loss)
-            first = value if steps == 0 else first
-            total += value
-            steps += 1
-        if alternate:
-            job.client_state[UPDATES] = torch.tensor(count, dtype=torch.int64)
-        stats = LocalStats(steps, total / max(steps, 1), first_loss=first)
-        return ClientResult(job.client.id, tensors.clone(model.state_dict()), job.client.n, stats)
+            return ce + gradient_only(F.cross_entropy(disc(z), domain))
+        z = net.features(x)
+        ce = F.cross_entropy(net.head(z), y)
+        reversed_z = reverse_gradient(z, cfg.lam)
+        logits = held(disc, reversed_z) if alternate else disc(reversed_z)
+        return ce + gradient_only(F.cross_entropy(logits, domain))
+
+
+def held(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`module(x)` with its parameters held: the gradient reaches x, not them."""
+    frozen = {name: p.detach() for name, p in module.named_parameters()}
+    return functional_call(module, frozen, (x,))

@@ -13,6 +13,7 @@ from fedhet.plugin import MAX_COUNT, MAX_WIDTH, InputError, MethodConfig, Spec
 class DANNConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.dann.algorithm:DANN"
     keeps_momentum_buffers: ClassVar[bool] = False  # two optimizers of its own each round
+    display_name: ClassVar[str | None] = "DANN"
     name: Literal["dann"] = "dann"
     lam: float = Field(
         0.01,
@@ -51,10 +52,10 @@ class DANNConfig(MethodConfig):
                 "partition.clients must be at least 2"
             )
 
-    def base_label(self) -> str:
-        label = "DANN" if self.lam == 0.01 else f"DANN (lambda {self.lam:g})"
+    def settings(self) -> list[str]:
+        settings = [f"lambda={self.lam:g}"] if self.lam != 0.01 else []
         if self.schedule == "joint":
-            label += " (joint)"
+            settings.append("joint")
         elif self.d_steps_per_g != 1:
-            label += f" ({self.d_steps_per_g} D steps per G)"
-        return label
+            settings.append(f"{self.d_steps_per_g} D steps per G")
+        return settings

@@ -40,67 +40,42 @@ and extended with the run; one that never trained is scored with the initial mod
 
 from __future__ import annotations
 
-import copy
-import math
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedhet.plugin import ClientJob, ClientResult, Divergence, Tensors, Trainer, tensors
+from fedhet.plugin import ClientJob, OwnModel, Tensors, TrainedBeside, stored
 
 PERSONAL = "personal."  # + a model state name: the client's personal model v_k
 
 
-@dataclass
-class PersonalModel:
+class PersonalModel(OwnModel):
     """A client's v_k during a round: one step per local step, towards the round's `anchor`."""
 
-    model: nn.Module
-    optimizer: torch.optim.SGD
-    anchor: dict[str, torch.Tensor]  # the round's global parameters
-    lam: float
-    steps: int = 0
+    def __init__(self, model: nn.Module, optimizer: torch.optim.SGD, anchor: Tensors, lam: float):
+        super().__init__(model, optimizer, PERSONAL)
+        self.anchor, self.lam = anchor, lam  # anchor: the round's global parameters
 
-    def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
+    def loss(self, w: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = F.cross_entropy(self.model(x), y)
         if self.lam:
             prox = sum(((p - self.anchor[n]) ** 2).sum() for n, p in self.model.named_parameters())
             loss = loss + 0.5 * self.lam * prox
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise Divergence(self.steps, value)
-        loss.backward()
-        self.optimizer.step()
-        self.steps += 1
-
-    def state(self) -> Tensors:
-        return {PERSONAL + n: v for n, v in tensors.clone(self.model.state_dict()).items()}
+        return loss
 
 
-class Ditto(Trainer):
-    vectorizable = False  # each client's v_k trains beside its copy of w
-
-    @cached_property
-    def initial_model(self) -> Tensors:
-        """Every v_k before its client's first round: the initial model (as the official code)."""
-        return tensors.clone(self.build_model().to(self.setup.device).state_dict())
-
-    def personal(self, client_state: Tensors) -> Tensors:
-        """The client's v_k, as a model state."""
-        own = {n[len(PERSONAL) :]: v for n, v in client_state.items() if n.startswith(PERSONAL)}
-        return own or self.initial_model
+class Ditto(TrainedBeside):
+    """Each client's v_k trains beside its copy of w, v_k's step on each batch before w's (as
+    the official code)."""
 
     def client_context(self, job: ClientJob) -> PersonalModel:
-        model = copy.deepcopy(job.model)
-        model.load_state_dict(self.personal(job.client_state))
-        lr = job.lr if self.config.personal_lr is None else self.personal_rate(job.lr)
-        optimizer = torch.optim.SGD(
-            model.parameters(), lr=lr, momentum=self.momentum, weight_decay=self.fed.weight_decay
+        settings = job.sgd
+        if self.config.personal_lr is not None:
+            settings = replace(settings, lr=self.personal_rate(settings.lr))
+        model, optimizer = self.own_copy(
+            job, self.personalized(job.global_state, job.client_state), settings
         )
         anchor = {n: v for n, v in job.global_state.items() if n in self.param_names}
         return PersonalModel(model, optimizer, anchor, self.config.lam)
@@ -109,19 +84,6 @@ class Ditto(Trainer):
         """`personal_lr`, decayed by the round's schedule as federation.lr is."""
         return self.config.personal_lr * round_lr / self.fed.lr
 
-    def local_loss(
-        self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        job.context.step(x, y)  # v_k's step on this batch, before w's (as the official code)
-        return super().local_loss(job, model, x, y)
-
-    def client_update(self, job: ClientJob) -> ClientResult:
-        result = super().client_update(job)
-        job.client_state.update(job.context.state())
-        return result
-
-    def evaluation_states(
-        self, global_state: Tensors, client_states: dict[int, Tensors]
-    ) -> list[Tensors]:
-        """Each given client's v_k, in client order (the initial model for one never trained)."""
-        return [self.personal(client_states[c]) for c in sorted(client_states)] or [global_state]
+    def personalized(self, global_state: Tensors, client_state: Tensors) -> Tensors:
+        """The client's v_k (the initial model, as the official code, before its first round)."""
+        return stored(client_state, PERSONAL) or self.initial_model

@@ -6,14 +6,13 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import OMIT_IF_DEFAULT, MethodConfig
+from fedhet.plugin import OMIT_IF_DEFAULT, OwnModelsConfig
 
 
-class DittoConfig(MethodConfig):
-    trainer: ClassVar[str | None] = "fedhet.methods.ditto.algorithm:Ditto"
+class DittoConfig(OwnModelsConfig):
     # each client's personal model is what is evaluated (and stored with the run)
-    personalized: ClassVar[bool] = True
-    keeps_momentum_buffers: ClassVar[bool] = False  # the clients' states are personal models
+    trainer: ClassVar[str | None] = "fedhet.methods.ditto.algorithm:Ditto"
+    display_name: ClassVar[str | None] = "Ditto"
     name: Literal["ditto"] = "ditto"
     lam: float = Field(
         0.1,
@@ -26,6 +25,3 @@ class DittoConfig(MethodConfig):
         description="the personal model's step size, decayed as federation.lr; default: the "
         "round's lr (the official code's one learning rate)",
     )
-
-    def base_label(self) -> str:
-        return "Ditto"

@@ -9,4 +9,5 @@ from fedhet.plugin import MethodConfig
 
 class FedAvgConfig(MethodConfig):
     accepts_objectives: ClassVar[bool] = True
+    display_name: ClassVar[str | None] = "FedAvg"
     name: Literal["fedavg"] = "fedavg"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from fedhet.plugin import ClientStep, Stacked, Tensors, Trainer, fine_tune, tensors
+from fedhet.plugin import ClientStep, FineTuned, PartlyShared, Stacked, Tensors
 
 
 class FrozenHead(ClientStep):
@@ -43,32 +43,17 @@ class FrozenHead(ClientStep):
             params[name].copy_(value)  # broadcast over the cohort's leading client dim
 
 
-class FedBABU(Trainer):
+class FedBABU(PartlyShared, FineTuned):
     @cached_property
     def head_names(self) -> frozenset[str]:
         return frozenset(n for n in self.param_names if n.startswith("head."))
 
-    def shared(self, state: Tensors) -> Tensors:
-        return {k: v for k, v in state.items() if k not in self.head_names}
+    @property
+    def unshared_names(self) -> frozenset[str]:
+        return self.head_names  # every client's is the seeded initial head
 
     def client_step(self, round: int, global_state: Tensors, server_state: Tensors) -> FrozenHead:
         return FrozenHead({n: global_state[n] for n in self.head_names})
 
-    def aggregate(self, round, global_state, server_state, results, weights) -> Tensors:
-        averaged = tensors.weighted_average([self.shared(r.state) for r in results], weights)
-        return {k: averaged.get(k, v) for k, v in global_state.items()}
-
-    def evaluation_states(
-        self, global_state: Tensors, client_states: dict[int, Tensors]
-    ) -> list[Tensors]:
-        """The global model fine-tuned on each client's data, in client order."""
-        config = self.config
-        lr = config.finetune_lr or self.fed.lr
-        trainable = self.head_names if config.finetune == "head" else None
-        tuned = [
-            fine_tune(
-                self, global_state, self.setup.clients[c], config.finetune_steps, lr, trainable
-            )
-            for c in sorted(client_states)
-        ]
-        return tuned or [global_state]
+    def fine_tuned_names(self) -> frozenset[str] | None:
+        return self.head_names if self.config.finetune == "head" else None

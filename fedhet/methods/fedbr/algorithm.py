@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -38,10 +39,10 @@ from fedhet.plugin import (
     ClientJob,
     ClientResult,
     Divergence,
-    FederationSpec,
     LocalStats,
     Mixer,
     Mixup,
+    SGDSettings,
     Tensors,
     Trainer,
     TrainSetup,
@@ -96,16 +97,29 @@ def contrastive_loss(
     return F.softplus(negative - positive[:, None]).mean()
 
 
+class Features(NamedTuple):
+    """A local step's features: of the real batch, of the pseudo batch (None: unused), and
+    phi_g's of the pseudo batch (None: unused)."""
+
+    real: torch.Tensor
+    pseudo: torch.Tensor | None
+    pseudo_global: torch.Tensor | None
+
+
 class LocalRound:
     """One client's FedBR round: phi_g frozen at the round's start, one optimizer for the
     features and classifier (min step), one ascending optimizer for P (max step)."""
 
-    def __init__(self, model: WithPart, config: FedBRConfig, fed: FederationSpec, lr: float):
+    def __init__(self, model: WithPart, config: FedBRConfig, settings: SGDSettings):
         self.model, self.config = model, config
         self.global_features = frozen_copy(model.net.features)
         self.net_params = list(model.net.parameters())
         self.projection_params = list(model.projection.parameters())
-        sgd = {"lr": lr, "momentum": config.client_momentum(fed), "weight_decay": fed.weight_decay}
+        sgd = {
+            "lr": settings.lr,
+            "momentum": settings.momentum,
+            "weight_decay": settings.weight_decay,
+        }
         self.main = torch.optim.SGD(self.net_params, **sgd)
         self.adversary = torch.optim.SGD(self.projection_params, maximize=True, **sgd)
         self._global_cache: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -136,15 +150,14 @@ class LocalRound:
 
     def min_loss(
         self,
-        z: torch.Tensor,
+        features: Features,
         y: torch.Tensor,
-        z_pseudo: torch.Tensor | None,
         y_pseudo: torch.Tensor | None,
-        z_global: torch.Tensor | None,
         mix: Mixup | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(the min-step objective, its real-data cross-entropy part: mixup's with `mix`)."""
         cfg, head = self.config, self.model.net.head
+        z, z_pseudo, z_global = features
         ce = F.cross_entropy(head(z), y) if mix is None else mix.loss(head(z), y)
         loss = ce
         if cfg.debias_classifier:
@@ -153,21 +166,11 @@ class LocalRound:
             loss = loss + cfg.mu * self.contrastive(z_pseudo, z_global, z)
         return loss, ce
 
-    def min_step(
-        self,
-        z: torch.Tensor,
-        y: torch.Tensor,
-        z_pseudo: torch.Tensor | None,
-        y_pseudo: torch.Tensor | None,
-        z_global: torch.Tensor | None,
-        mix: Mixup | None = None,
-    ) -> tuple[float, float]:
-        """Features and classifier descend `min_loss`; P is not moved."""
-        loss, ce = self.min_loss(z, y, z_pseudo, y_pseudo, z_global, mix)
+    def min_step(self, loss: torch.Tensor) -> None:
+        """Features and classifier descend `loss` (`min_loss`'s); P is not moved."""
         self.main.zero_grad(set_to_none=True)
         loss.backward(inputs=self.net_params)
         self.main.step()
-        return float(loss.detach()), float(ce.detach())
 
     def step(
         self,
@@ -185,7 +188,9 @@ class LocalRound:
         z_global = self.global_pseudo_features(x_pseudo) if cfg.debias_features else None
         if cfg.debias_features and cfg.max_step:
             self.max_step(z_pseudo, z_global, z)
-        return self.min_step(z, y, z_pseudo, y_pseudo, z_global, mix)
+        loss, ce = self.min_loss(Features(z, z_pseudo, z_global), y, y_pseudo, mix)
+        self.min_step(loss)
+        return float(loss.detach()), float(ce.detach())
 
 
 # --- the algorithm ----------------------------------------------------------------------
@@ -254,8 +259,11 @@ class FedBR(Trainer):
         return Mixer(self.config.mixup, seed)
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """FedBR's own loop: each step is a min step of phi and h and a max (ascending) step of
+        the projection P on the same pseudo and real batches, two optimizers in opposite
+        directions, which neither a client step nor one loss per step states."""
         model = job.model
-        local = LocalRound(model, self.config, self.fed, job.lr)
+        local = LocalRound(model, self.config, job.sgd)
         mixing = torch_generator(self.setup.spec.seed, "fedbr-mix", job.round, job.client.id)
         mixer = self.mixer(job)
         model.train()

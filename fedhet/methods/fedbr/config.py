@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from fedhet.plugin import (
     MAX_COUNT,
     MAX_WIDTH,
     OMIT_IF_DEFAULT,
+    Count,
     DatasetName,
     InputError,
     MethodConfig,
+    MixupAlpha,
     Section,
     Spec,
     StageNode,
@@ -26,13 +28,11 @@ class PseudoSpec(Section):
     """How FedBR's pseudo-data is built and shared."""
 
     kind: Literal["rsm", "mixture"] = "rsm"
-    size: int | None = Field(
+    size: Count | None = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="pseudo samples; default one batch (federation.batch_size)",
     )
-    subset: int = Field(10, ge=1, le=MAX_COUNT, description="samples averaged into one RSM sample")
+    subset: Count = Field(10, description="samples averaged into one RSM sample")
     proxy: DatasetName = Field("digits", description="mixture: the proxy dataset")
     mix: int = Field(
         1, ge=0, le=MAX_COUNT, description="mixture: K local samples mixed into each (Eq. 4)"
@@ -66,17 +66,19 @@ def pseudo_node(pseudo: PseudoSpec, spec: Spec) -> StageNode:
     return StageNode("pseudo", PSEUDO_VERSION, config, upstream)
 
 
+# The components on (debias_classifier, debias_features): the label's first setting
 _VARIANTS = {
-    (True, True): "FedBR",
-    (True, False): "FedBR component 1",
-    (False, True): "FedBR component 2",
-    (False, False): "FedBR without components",
+    (True, True): "",
+    (True, False): "component 1",
+    (False, True): "component 2",
+    (False, False): "without components",
 }
 
 
 class FedBRConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedbr.algorithm:FedBR"
     keeps_momentum_buffers: ClassVar[bool] = False  # two optimizers of its own each round
+    display_name: ClassVar[str | None] = "FedBR"
     name: Literal["fedbr"] = "fedbr"
     pseudo: PseudoSpec = PseudoSpec()
     debias_classifier: bool = Field(True, description="component 1: CE(pseudo, uniform)")
@@ -93,20 +95,11 @@ class FedBRConfig(MethodConfig):
     )
     projection_width: int = Field(256, ge=1, le=MAX_WIDTH)
     projection_dim: int = Field(128, ge=1, le=MAX_WIDTH)
-    mixup: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+    mixup: Annotated[MixupAlpha | None, OMIT_IF_DEFAULT] = Field(
         None,
-        gt=0,
-        le=MAX_COUNT,
         description="FedBR + Mixup: the real batch mixed with itself at each local step, "
         "lambda ~ Beta(mixup, mixup) (the official code: 0.2); default off",
     )
-
-    @field_validator("mixup", mode="before")
-    @classmethod
-    def _mixup_is_an_alpha(cls, value: object) -> object:
-        if isinstance(value, bool):
-            raise ValueError("takes mixup's alpha (the official code's: 0.2), not true or false")
-        return value
 
     @property
     def uses_pseudo(self) -> bool:
@@ -129,18 +122,16 @@ class FedBRConfig(MethodConfig):
             return train_node(spec)
         return train_node(spec, pseudo=pseudo_node(self.pseudo, spec))
 
-    def base_label(self) -> str:
-        label = _VARIANTS[self.debias_classifier, self.debias_features]
-        if self.debias_features and not self.max_step:
-            label += " w/o max step"
-        if self.uses_pseudo and self.pseudo.kind == "mixture":
-            label += " (mixture)"
-        if self.uses_pseudo and self.pseudo.refresh == "round":
-            label += " (pseudo-data each round)"
-        if self.debias_features and (self.tau1, self.tau2) != (2.0, 2.0):
-            label += f" (tau {self.tau1:g}/{self.tau2:g})"
-        if self.debias_features and self.pairing == "index":
-            label += " (index pairs)"
-        if self.mixup is not None:
-            label += " + Mixup" if self.mixup == 0.2 else f" + Mixup (alpha {self.mixup:g})"
-        return label
+    def settings(self) -> list[str]:
+        options = [
+            _VARIANTS[self.debias_classifier, self.debias_features],
+            "w/o max step" if self.debias_features and not self.max_step else "",
+            "mixture" if self.uses_pseudo and self.pseudo.kind == "mixture" else "",
+            "pseudo-data each round" if self.uses_pseudo and self.pseudo.refresh == "round" else "",
+            f"tau={self.tau1:g}/{self.tau2:g}"
+            if self.debias_features and (self.tau1, self.tau2) != (2.0, 2.0)
+            else "",
+            "index pairs" if self.debias_features and self.pairing == "index" else "",
+            "mixup" if self.mixup == 0.2 else f"mixup={self.mixup:g}" if self.mixup else "",
+        ]
+        return [o for o in options if o]

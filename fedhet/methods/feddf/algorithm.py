@@ -8,6 +8,12 @@ minimizing KL(teacher(x) || student(x)) at temperature T, where the teacher is t
 the round's client models (softmax of their mean logits, or the mean of their softmaxes).
 With `steps: 0` a round is FedAvg's, bit for bit.
 
+With a validation split (`data.validation`) every round also stores, beside the run's metrics,
+the validation accuracy of the round's ensemble (`ensemble_val_accuracy`: the argmax of the
+teacher FedDF distills from) and of the plain average before distillation
+(`average_val_accuracy`), so a run shows whether the teachers know more than their average and
+whether distillation keeps it (the distilled model's own is `val_accuracy`).
+
 Official code consulted (for facts; none copied): epfml/federated-learning-public-code,
 codes/FedDF-code, which VHL's data loader cites for its partitions (wizard1203/VHL has no
 FedDF code of its own, data_preprocessing/loader.py):
@@ -19,6 +25,13 @@ FedDF code of its own, data_preprocessing/loader.py):
   best; the best checked student is returned, never the initial average.
 - pcode/aggregation/adv_knowledge_transfer.py (BaseKTSolver.divergence): F.kl_div of the
   student's log_softmax(z/T) against the teacher's softmax, reduction batchmean, no T^2 factor.
+- README.md: every FedDF run trains its clients 40 local epochs a round (SGD lr 0.1, no
+  momentum, 20 clients, 40% a round); `local_epochs: 40` gives FedDF those epochs while the
+  federation's other settings stay the spec's. It is an option, not the default: the VHL Table
+  8 reproduction pairs FedDF with FedAvg under VHL's protocol, which trains every method 1
+  local epoch a round (wizard1203/VHL experiments/standalone/VHL_exp/run.sh,
+  global_epochs_per_round=1; VHL has no FedDF code or config of its own), and FedDF's own
+  protocol gives FedAvg the 40 epochs too (`federation.local_epochs: 40` for every row).
 - README.md: every FedDF run sets update_student_scheme=avg_logits,
   total_n_server_pseudo_batches=10000, eval_batches_freq=100, early_stopping_server_batches=1000
   (the code's own default scheme, avg_losses, is used by no run).
@@ -44,6 +57,7 @@ Where fedhet differs, and why:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import torch
@@ -51,7 +65,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedhet.methods.feddf.config import FedDFConfig
-from fedhet.plugin import Tensors, Trainer, evaluate, tensors, torch_generator
+from fedhet.plugin import (
+    ClientJob,
+    ClientResult,
+    Tensors,
+    Trainer,
+    evaluate,
+    steps_for_epochs,
+    tensors,
+    torch_generator,
+)
 
 CLIP_NORM = 5.0  # the official student's gradient-norm clip
 
@@ -76,6 +99,28 @@ def distillation_loss(
     """KL(teacher || student) at temperature T, averaged over the batch."""
     log_student = F.log_softmax(student_logits / temperature, dim=1)
     return F.kl_div(log_student, teacher_probs, reduction="batchmean")
+
+
+@torch.no_grad()
+def ensemble_accuracy(
+    teachers: list[nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    config: FedDFConfig,
+    batch_size: int,
+    classes: int,
+) -> float:
+    """The accuracy of the ensemble teacher (`ensemble_probs`' argmax) on (x, y), over the
+    first `classes` outputs."""
+    for teacher in teachers:
+        teacher.eval()
+    correct = 0
+    for start in range(0, len(y), batch_size):
+        batch = x[start : start + batch_size]
+        logits = [t(batch)[:, :classes] for t in teachers]
+        probs = ensemble_probs(logits, config.ensemble, config.temperature)
+        correct += int((probs.argmax(1) == y[start : start + batch_size]).sum())
+    return correct / len(y)
 
 
 # --- server data ------------------------------------------------------------------------
@@ -150,6 +195,12 @@ def distill(
 class FedDF(Trainer):
     """FedAvg, then the server's ensemble distillation into the average."""
 
+    def local_steps(self, job: ClientJob) -> int:
+        """The federation's local work, or `local_epochs` passes over the client's samples."""
+        if self.config.local_epochs is None:
+            return job.steps
+        return steps_for_epochs(self.config.local_epochs, job.client.n, self.fed.batch_size)
+
     def server_batches(self, round: int) -> Callable[[], torch.Tensor]:
         """The round's server inputs, batch after batch, from the spec's seed and the round."""
         cfg, setup = self.config, self.setup
@@ -167,6 +218,26 @@ class FedDF(Trainer):
         classes = self.setup.dataset.num_classes
         batch = self.setup.spec.runtime.eval_batch_size
         return lambda model: evaluate(model, validation.x, validation.y, batch, classes)[0]
+
+    def round_metrics(
+        self, round: int, results: list[ClientResult], weights: list[float]
+    ) -> dict[str, float]:
+        """The validation accuracy of the round's ensemble and of the average it distills into
+        (NaN in a round nobody reports); nothing without a validation split."""
+        validation = self.setup.validation
+        if validation is None:
+            return {}
+        if not results:
+            return {"ensemble_val_accuracy": math.nan, "average_val_accuracy": math.nan}
+        classes = self.setup.dataset.num_classes
+        batch = self.setup.spec.runtime.eval_batch_size
+        teachers = [self.loaded(r.state) for r in results]
+        average = self.loaded(tensors.weighted_average([r.state for r in results], weights))
+        x, y = validation.x, validation.y
+        return {
+            "ensemble_val_accuracy": ensemble_accuracy(teachers, x, y, self.config, batch, classes),
+            "average_val_accuracy": evaluate(average, x, y, batch, classes)[0],
+        }
 
     def loaded(self, state: Tensors) -> nn.Module:
         model = self.build_model().to(self.setup.device)

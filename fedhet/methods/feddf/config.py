@@ -9,15 +9,16 @@ logits, temperature 1, the student checked on the validation split every 100 ste
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, InputError, MethodConfig, Spec
+from fedhet.plugin import MAX_COUNT, OMIT_IF_DEFAULT, InputError, MethodConfig, Spec
 
 
 class FedDFConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.feddf.algorithm:FedDF"
+    display_name: ClassVar[str | None] = "FedDF"
     name: Literal["feddf"] = "feddf"
     server_data: Literal["real", "noise"] = Field(
         "real",
@@ -51,8 +52,22 @@ class FedDFConfig(MethodConfig):
         "student (needs data.validation); null: every step, the last student",
     )
 
+    local_epochs: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+        None,
+        gt=0,
+        le=MAX_COUNT,
+        description="each sampled client's local epochs a round, replacing the federation's "
+        "local work for FedDF alone (FedDF's official runs: 40); null: the federation's, as "
+        "every other row of the comparison",
+    )
+
     def check(self, spec: Spec) -> None:
         super().check(spec)
+        if self.local_epochs is not None and spec.federation.system is not None:
+            raise InputError(
+                "algorithm.local_epochs: replaces the local work that federation.system draws "
+                "or cuts; remove one of them"
+            )
         if self.server_data == "real" and spec.data.server is None:
             raise InputError(
                 "algorithm.server_data: real distills on training samples no client holds; set "
@@ -64,5 +79,7 @@ class FedDFConfig(MethodConfig):
                 "split; set data.validation (e.g. 0.1) or patience: null"
             )
 
-    def base_label(self) -> str:
-        return f"{self.name}({self.server_data})"
+    def settings(self) -> list[str]:
+        noise = ["noise"] if self.server_data == "noise" else []
+        epochs = [] if self.local_epochs is None else [f"local epochs={self.local_epochs:g}"]
+        return noise + epochs

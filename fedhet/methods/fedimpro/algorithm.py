@@ -95,7 +95,9 @@ class FedImpro(Trainer):
 
     def client_update(self, job: ClientJob) -> ClientResult:
         """Local training with the client's running statistics in `job.client_state`
-        (they start from the global ones each round and leave with the upload)."""
+        (they start from the global ones each round and leave, noised, with the upload): set
+        before the engine's loop and taken after it, which a client step's `finish` (no
+        generator, no server state) cannot do."""
         job.client_state[MEAN] = job.server_state[MEAN].clone()
         job.client_state[VAR] = job.server_state[VAR].clone()
         try:

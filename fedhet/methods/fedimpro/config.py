@@ -6,7 +6,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fedhet.plugin import MAX_COUNT, OMIT_IF_DEFAULT, InputError, MethodConfig
+from fedhet.plugin import OMIT_IF_DEFAULT, Count, InputError, MethodConfig
 
 Objective = Literal["official", "mixture"]
 Source = Literal["global", "client"]
@@ -17,6 +17,7 @@ class FedImproConfig(MethodConfig):
     # 2: the authors' ramp in absolute rounds as default (ramp_rounds 500, not half the run)
     revision: ClassVar[int] = 2
     trainer: ClassVar[str | None] = "fedhet.methods.fedimpro.algorithm:FedImpro"
+    display_name: ClassVar[str | None] = "FedImpro"
     name: Literal["fedimpro"] = "fedimpro"
     split: str | None = Field(
         None,
@@ -31,10 +32,8 @@ class FedImproConfig(MethodConfig):
         description="moving-average momentum of the client statistics (Eq. 7); 0 replaces "
         "them with each batch's (the authors' code); unused with rate_samples",
     )
-    rate_samples: int | None = Field(
+    rate_samples: Count | None = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="instead of momentum, class c moves by min(1, n_c / rate_samples) per step, "
         "n_c its samples in the batch; null: by 1 - momentum",
     )
@@ -43,10 +42,8 @@ class FedImproConfig(MethodConfig):
         description="statistics the sampled features come from: global (received this round) "
         "or client (the client's running ones, starting from the global: the authors' code)",
     )
-    samples: int | None = Field(
+    samples: Count | None = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="N_hat, sampled features per local step; default: the batch size",
     )
     objective: Objective = Field(
@@ -57,10 +54,8 @@ class FedImproConfig(MethodConfig):
     weight: float = Field(
         1.0, ge=0, description="weight w of the sampled features (at the ramp's end); 0 is FedAvg"
     )
-    ramp_rounds: int | None = Field(
+    ramp_rounds: Count | None = Field(
         500,
-        ge=1,
-        le=MAX_COUNT,
         description="w_t = w t / R at round t rises linearly, uncapped (the authors' schedule); "
         "R in rounds (the authors' code: 500); null: R from `ramp`",
     )
@@ -122,9 +117,9 @@ class FedImproConfig(MethodConfig):
                 "algorithm.sample_from: weight 0 samples no features; remove it or set weight"
             )
 
-    def base_label(self) -> str:
-        label = self.name + (f"@{self.split}" if self.split else "")
+    def settings(self) -> list[str]:
         options = [
+            f"split={self.split}" if self.split else "",
             self.objective if self.objective != "official" else "",
             f"w={self.weight}" if self.weight != 1 else "",
             f"ramp={self.ramp}" if self.ramp is not None else "",
@@ -136,8 +131,7 @@ class FedImproConfig(MethodConfig):
             f"clip={self.std_clip}" if self.std_clip != 0.1 else "",
             f"noise={self.noise_std}" if self.noise_std > 0 else "",
         ]
-        options = [o for o in options if o]
-        return label + (f"({', '.join(options)})" if options else "")
+        return [o for o in options if o]
 
 
 def resolve_split(points: list[str] | tuple[str, ...], split: str | None) -> str:

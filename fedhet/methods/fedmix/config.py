@@ -6,18 +6,17 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, MethodConfig
+from fedhet.plugin import Count, MethodConfig
 
 
 class FedMixConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedmix.algorithm:FedMix"
+    display_name: ClassVar[str | None] = "FedMix"
     name: Literal["fedmix"] = "fedmix"
     lam: float = Field(
         0.1, gt=0, lt=1, description="lambda, the weight of the other clients' means (0.1)"
     )
-    mean_size: int = Field(
-        10, ge=1, le=MAX_COUNT, description="M: the samples averaged into each shared mean (10)"
-    )
+    mean_size: Count = Field(10, description="M: the samples averaged into each shared mean (10)")
     derivative: Literal["batch_mean", "sample"] = Field(
         "batch_mean",
         description="the Taylor term's dl/dx: of the batch's mean first term (the official "
@@ -27,10 +26,9 @@ class FedMixConfig(MethodConfig):
     def input_steps(self) -> str | None:
         return "mixes two samples' inputs"
 
-    def base_label(self) -> str:
-        label = "FedMix"
-        if (self.lam, self.mean_size) != (0.1, 10):
-            label += f" (lambda {self.lam:g}, M={self.mean_size})"
-        if self.derivative == "sample":
-            label += " (per-sample dl/dx)"
-        return label
+    def settings(self) -> list[str]:
+        mean = [f"lambda={self.lam:g}", f"M={self.mean_size}"]
+        return [
+            *(mean if (self.lam, self.mean_size) != (0.1, 10) else []),
+            *(["per-sample dl/dx"] if self.derivative == "sample" else []),
+        ]

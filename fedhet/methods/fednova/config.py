@@ -10,4 +10,5 @@ from fedhet.plugin import MethodConfig
 class FedNovaConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fednova.algorithm:FedNova"
     accepts_objectives: ClassVar[bool] = True
+    display_name: ClassVar[str | None] = "FedNova"
     name: Literal["fednova"] = "fednova"

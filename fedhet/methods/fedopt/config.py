@@ -57,14 +57,17 @@ class _SecondMomentDecay(_AdaptiveConfig):
 
 
 class FedAdamConfig(_SecondMomentDecay):
+    display_name: ClassVar[str | None] = "FedAdam"
     name: Literal["fedadam"] = "fedadam"
 
 
 class FedYogiConfig(_SecondMomentDecay):
+    display_name: ClassVar[str | None] = "FedYogi"
     name: Literal["fedyogi"] = "fedyogi"
 
 
 class FedAdagradConfig(_AdaptiveConfig):
+    display_name: ClassVar[str | None] = "FedAdagrad"
     name: Literal["fedadagrad"] = "fedadagrad"
     beta1: float = Field(
         0.0,
@@ -77,6 +80,7 @@ class FedAdagradConfig(_AdaptiveConfig):
 
 class FedAvgMConfig(_FedOptConfig):
     adaptive: ClassVar[bool] = False
+    display_name: ClassVar[str | None] = "FedAvgM"
     name: Literal["fedavgm"] = "fedavgm"
     server_lr: float = Field(
         1.0,

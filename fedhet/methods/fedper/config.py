@@ -4,28 +4,16 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
-
-from fedhet.plugin import MAX_LAYERS, InputError, MethodConfig, layer_split_problem
+from fedhet.plugin import LayerSplitConfig, layers_from_output
 
 
-class FedPerConfig(MethodConfig):
+class FedPerConfig(LayerSplitConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedper.algorithm:FedPer"
-    personalized: ClassVar[bool] = True  # each client's own personal layers are evaluated
-    keeps_momentum_buffers: ClassVar[bool] = False  # clients' states are model layers
+    display_name: ClassVar[str | None] = "FedPer"
     name: Literal["fedper"] = "fedper"
-    personal_layers: int = Field(
-        1,
-        ge=0,
-        le=MAX_LAYERS,
-        description="layers kept on each client, counted from the output (1: the head)",
+    personal_layers: int = layers_from_output(
+        0, "layers kept on each client, counted from the output (1: the head)"
     )
 
-    def check(self, spec) -> None:
-        super().check(spec)
-        problem = layer_split_problem(spec.model, self.personal_layers)
-        if problem:
-            raise InputError(f"algorithm.personal_layers: {self.personal_layers} {problem}")
-
-    def base_label(self) -> str:
-        return f"FedPer ({self.personal_layers} personal)"
+    def settings(self) -> list[str]:
+        return [f"personal layers={self.personal_layers}"] if self.personal_layers != 1 else []

@@ -12,5 +12,6 @@ from fedhet.plugin import MethodConfig
 class FedProxConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedprox.algorithm:FedProx"
     accepts_objectives: ClassVar[bool] = True
+    display_name: ClassVar[str | None] = "FedProx"
     name: Literal["fedprox"] = "fedprox"
     mu: float = Field(0.01, ge=0)

@@ -6,19 +6,15 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_LAYERS, InputError, MethodConfig, layer_split_problem
+from fedhet.plugin import LayerSplitConfig, layers_from_output
 
 
-class FedRepConfig(MethodConfig):
+class FedRepConfig(LayerSplitConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedrep.algorithm:FedRep"
-    personalized: ClassVar[bool] = True  # each client's own head is evaluated
-    keeps_momentum_buffers: ClassVar[bool] = False  # clients' states are model layers
+    display_name: ClassVar[str | None] = "FedRep"
     name: Literal["fedrep"] = "fedrep"
-    personal_layers: int = Field(
-        1,
-        ge=1,
-        le=MAX_LAYERS,
-        description="the head: layers kept on each client, counted from the output",
+    personal_layers: int = layers_from_output(
+        1, "the head: layers kept on each client, counted from the output"
     )
     head_epochs: float = Field(
         9,
@@ -27,12 +23,3 @@ class FedRepConfig(MethodConfig):
         description="epochs of the client's data the head trains for (body frozen) before "
         "the body's local work (head frozen)",
     )
-
-    def check(self, spec) -> None:
-        super().check(spec)
-        problem = layer_split_problem(spec.model, self.personal_layers)
-        if problem:
-            raise InputError(f"algorithm.personal_layers: {self.personal_layers} {problem}")
-
-    def base_label(self) -> str:
-        return "FedRep"

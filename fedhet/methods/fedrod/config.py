@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from fedhet.plugin import MethodConfig
+from fedhet.plugin import OwnModelsConfig
 
 
-class FedRoDConfig(MethodConfig):
+class FedRoDConfig(OwnModelsConfig):
+    # each client's own personalized head is evaluated
     trainer: ClassVar[str | None] = "fedhet.methods.fedrod.algorithm:FedRoD"
-    personalized: ClassVar[bool] = True  # each client's own personalized head is evaluated
-    keeps_momentum_buffers: ClassVar[bool] = False  # clients' states are model layers
+    display_name: ClassVar[str | None] = "FedRoD"
     name: Literal["fedrod"] = "fedrod"
-
-    def base_label(self) -> str:
-        return "FedRoD"

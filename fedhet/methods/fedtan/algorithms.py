@@ -31,7 +31,17 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedhet.methods.fedtan.sync_bn import Mode, SyncResult, bn_layers, synchronized_gradients
-from fedhet.plugin import ClientJob, ClientResult, Tensors, Traffic, Trainer, tensors
+from fedhet.plugin import (
+    ClientData,
+    ClientJob,
+    ClientResult,
+    PartlyShared,
+    SGDSettings,
+    Tensors,
+    Traffic,
+    Trainer,
+    tensors,
+)
 
 
 def bn_state_names(model: nn.Module, parameters: bool, statistics: bool) -> frozenset[str]:
@@ -138,10 +148,9 @@ class FedTANII(FedTAN):
             return Traffic()
         return super().synchronized_first_step(round, model, jobs, weights)
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        if self.frozen(job.round):
-            job = dataclasses.replace(job, lr=job.lr * self.config.frozen_lr_scale)
-        return super().client_update(job)
+    def client_sgd(self, round: int, client: ClientData, lr: float) -> SGDSettings:
+        scale = self.config.frozen_lr_scale if self.frozen(round) else 1.0
+        return super().client_sgd(round, client, lr * scale)
 
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
@@ -160,7 +169,7 @@ class FedTANII(FedTAN):
 # --- FedBN and SiloBN -------------------------------------------------------------------------
 
 
-class _LocalBatchNorm(Trainer):
+class _LocalBatchNorm(PartlyShared):
     """BN state entries in `local_names` stay on each client (kept in its client_state)."""
 
     vectorizable = False
@@ -170,20 +179,18 @@ class _LocalBatchNorm(Trainer):
     def local_names(self) -> frozenset[str]:
         return bn_state_names(self.build_model(), self.local_parameters, statistics=True)
 
-    def shared(self, state: Tensors) -> Tensors:
-        return {k: v for k, v in state.items() if k not in self.local_names}
+    @property
+    def unshared_names(self) -> frozenset[str]:
+        return self.local_names
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """The engine's loop from the client's own BN entries, which it keeps: the engine starts
+        every job from the global state (why this trainer overrides `client_update`)."""
         if job.client_state:  # empty before the client's first round: it starts from the global
             job.model.load_state_dict(job.client_state, strict=False)
         result = super().client_update(job)
         job.client_state.update({k: result.state[k] for k in self.local_names})
         return result
-
-    def aggregate(self, round, global_state, server_state, results, weights):
-        """Average the shared entries; the server's copies of the local ones never change."""
-        averaged = tensors.weighted_average([self.shared(r.state) for r in results], weights)
-        return {k: averaged[k] if k in averaged else global_state[k] for k in global_state}
 
     def evaluation_states(
         self, global_state: Tensors, client_states: dict[int, Tensors]

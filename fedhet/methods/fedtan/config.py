@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, InputError, MethodConfig, norm_kinds
+from fedhet.plugin import Count, InputError, MethodConfig, norm_kinds
 
 
 class _BatchNormConfig(MethodConfig):
@@ -29,47 +29,45 @@ class _BatchNormConfig(MethodConfig):
 
 class FedTANConfig(_BatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedTAN"
+    display_name: ClassVar[str | None] = "FedTAN"
     name: Literal["fedtan"] = "fedtan"
-
-    def base_label(self) -> str:
-        return "FedTAN"
 
 
 class FedAvgAlgorithm2Config(_BatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedAvgAlgorithm2"
+    display_name: ClassVar[str | None] = "FedAvg+Algorithm 2"
     name: Literal["fedavg_alg2"] = "fedavg_alg2"
-
-    def base_label(self) -> str:
-        return "FedAvg+Algorithm 2"
 
 
 class FedTANIIConfig(_BatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedTANII"
+    display_name: ClassVar[str | None] = "FedTAN-II"
     name: Literal["fedtan_ii"] = "fedtan_ii"
-    sync_rounds: int = Field(
-        50, ge=1, le=MAX_COUNT, description="M: FedTAN rounds before BN stats freeze"
-    )
+    sync_rounds: Count = Field(50, description="M: FedTAN rounds before BN stats freeze")
     frozen_lr_scale: float = Field(
         0.1, gt=0, le=1, description="lr multiplier once frozen (paper, MNIST: 0.5 -> 0.05)"
     )
 
-    def base_label(self) -> str:
-        return f"FedTAN-II (M={self.sync_rounds})"
+    def settings(self) -> list[str]:
+        return [
+            *([f"M={self.sync_rounds}"] if self.sync_rounds != 50 else []),
+            *([f"frozen lr x{self.frozen_lr_scale:g}"] if self.frozen_lr_scale != 0.1 else []),
+        ]
 
 
-class FedBNConfig(_BatchNormConfig):
+class _LocalBatchNormConfig(_BatchNormConfig):
+    """BatchNorm entries stay on each client: its own model is what is evaluated."""
+
     personalized: ClassVar[bool] = True
+
+
+class FedBNConfig(_LocalBatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:FedBN"
+    display_name: ClassVar[str | None] = "FedBN"
     name: Literal["fedbn"] = "fedbn"
 
-    def base_label(self) -> str:
-        return "FedBN"
 
-
-class SiloBNConfig(_BatchNormConfig):
-    personalized: ClassVar[bool] = True
+class SiloBNConfig(_LocalBatchNormConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedtan.algorithms:SiloBN"
+    display_name: ClassVar[str | None] = "SiloBN"
     name: Literal["silobn"] = "silobn"
-
-    def base_label(self) -> str:
-        return "SiloBN"

@@ -17,17 +17,8 @@ included.
 
 from __future__ import annotations
 
-from fedhet.plugin import Tensors, Trainer, fine_tune
+from fedhet.plugin import FineTuned
 
 
-class FineTune(Trainer):
-    def evaluation_states(
-        self, global_state: Tensors, client_states: dict[int, Tensors]
-    ) -> list[Tensors]:
-        """The global model fine-tuned on each client's data, in client order."""
-        steps, lr = self.config.finetune_steps, self.config.finetune_lr or self.fed.lr
-        tuned = [
-            fine_tune(self, global_state, self.setup.clients[c], steps, lr)
-            for c in sorted(client_states)
-        ]
-        return tuned or [global_state]
+class FineTune(FineTuned):
+    """FedAvg's training; each client fine-tunes the global model at evaluation."""

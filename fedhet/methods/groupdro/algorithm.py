@@ -39,10 +39,10 @@ import math
 import torch
 
 from fedhet.plugin import (
-    ClientResult,
     ClientStep,
     LocalStats,
     MixedBatches,
+    SGDSettings,
     Tensors,
     Trainer,
 )
@@ -74,7 +74,7 @@ class Reweighting(ClientStep):
         self.eta = eta
 
     def finish(
-        self, client_state: Tensors, state: Tensors, stats: LocalStats, lr: float
+        self, client_state: Tensors, state: Tensors, stats: LocalStats, sgd: SGDSettings
     ) -> tuple[Tensors, Tensors]:
         before = client_state.get(LOG_Q, torch.zeros((), dtype=torch.float64))
         log_q = before + self.eta * stats.first_loss
@@ -85,18 +85,11 @@ class GroupDRO(Trainer):
     def client_step(self, round: int, global_state: Tensors, server_state: Tensors) -> Reweighting:
         return Reweighting(self.config.eta)
 
-    def aggregate(
-        self,
-        round: int,
-        global_state: Tensors,
-        server_state: Tensors,
-        results: list[ClientResult],
-        weights: list[float],
-    ) -> Tensors:
+    def aggregate(self, round, global_state, server_state, results, weights):
+        """FedAvg's average with the clients' weights times their q (`reweighted`)."""
         log_q = [float(r.upload[LOG_Q]) for r in results]
-        return super().aggregate(
-            round, global_state, server_state, results, reweighted(weights, log_q)
-        )
+        reweighted_by_q = reweighted(weights, log_q)
+        return super().aggregate(round, global_state, server_state, results, reweighted_by_q)
 
 
 class MixedGroupDRO(MixedBatches, GroupDRO):

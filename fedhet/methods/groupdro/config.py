@@ -7,12 +7,13 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, OMIT_IF_DEFAULT, InputError, MethodConfig, Spec
+from fedhet.plugin import OMIT_IF_DEFAULT, InputError, MethodConfig, MixupAlpha, Spec
 
 
 class GroupDROConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.groupdro.algorithm:GroupDRO"
     accepts_objectives: ClassVar[bool] = True  # it reweights clients, whatever their loss
+    display_name: ClassVar[str | None] = "GroupDRO"
     name: Literal["groupdro"] = "groupdro"
     eta: float = Field(
         0.01,
@@ -21,10 +22,8 @@ class GroupDROConfig(MethodConfig):
         description="the step of q's exponentiated-gradient update q_c <- q_c exp(eta l_c); "
         "0 keeps q uniform (FedAvg)",
     )
-    mixup_alpha: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+    mixup_alpha: Annotated[MixupAlpha | None, OMIT_IF_DEFAULT] = Field(
         None,
-        gt=0,
-        le=MAX_COUNT,
         description="mix each local batch with itself, lambda ~ Beta(alpha, alpha), as FedBR's "
         "code's GroupDRO always does (with 0.2); default: no mixing (the paper's GroupDRO)",
     )
@@ -42,8 +41,8 @@ class GroupDROConfig(MethodConfig):
         trainer = super().trainer_class()
         return trainer if self.mixup_alpha is None else trainer.mixing
 
-    def base_label(self) -> str:
-        label = "GroupDRO" if self.eta == 0.01 else f"GroupDRO (eta {self.eta:g})"
-        if self.mixup_alpha is not None:
-            label += f" (mixup {self.mixup_alpha:g})"
-        return label
+    def settings(self) -> list[str]:
+        return [
+            *([f"eta={self.eta:g}"] if self.eta != 0.01 else []),
+            *([f"mixup={self.mixup_alpha:g}"] if self.mixup_alpha is not None else []),
+        ]

@@ -4,29 +4,19 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
-
-from fedhet.plugin import MAX_LAYERS, InputError, MethodConfig, layer_split_problem
+from fedhet.plugin import LayerSplitConfig, layers_from_output
 
 
-class LGFedAvgConfig(MethodConfig):
+class LGFedAvgConfig(LayerSplitConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.lgfedavg.algorithm:LGFedAvg"
-    personalized: ClassVar[bool] = True  # each client's own representation layers are evaluated
-    keeps_momentum_buffers: ClassVar[bool] = False  # clients' states are model layers
+    split_field: ClassVar[str] = "global_layers"
+    display_name: ClassVar[str | None] = "LG-FedAvg"
     name: Literal["lgfedavg"] = "lgfedavg"
-    global_layers: int = Field(
+    global_layers: int = layers_from_output(
         1,
-        ge=1,
-        le=MAX_LAYERS,
-        description="layers averaged by the server, counted from the output (1: the head); "
+        "layers averaged by the server, counted from the output (1: the head); "
         "the layers below them stay on each client",
     )
 
-    def check(self, spec) -> None:
-        super().check(spec)
-        problem = layer_split_problem(spec.model, self.global_layers)
-        if problem:
-            raise InputError(f"algorithm.global_layers: {self.global_layers} {problem}")
-
-    def base_label(self) -> str:
-        return f"LG-FedAvg ({self.global_layers} global)"
+    def settings(self) -> list[str]:
+        return [f"global layers={self.global_layers}"] if self.global_layers != 1 else []

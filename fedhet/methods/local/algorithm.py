@@ -41,6 +41,8 @@ class Local(Trainer):
         return {n: client_state.get(n, v) for n, v in global_state.items()}
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """The engine's loop from the client's own model, which it keeps: the engine starts
+        every job from the global state (why this trainer overrides `client_update`)."""
         job.model.load_state_dict(self.own_model(job.global_state, job.client_state))
         result = super().client_update(job)
         job.client_state.update({n: v.clone() for n, v in result.state.items()})

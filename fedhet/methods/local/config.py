@@ -13,7 +13,5 @@ class LocalConfig(MethodConfig):
     personalized: ClassVar[bool] = True
     # no global model moves: the distance of the clients' models to it measures nothing shared
     undefined_metrics: ClassVar[frozenset[str]] = frozenset({"divergence"})
+    display_name: ClassVar[str | None] = "Local"
     name: Literal["local"] = "local"
-
-    def base_label(self) -> str:
-        return "Local"

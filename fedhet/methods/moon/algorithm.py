@@ -61,6 +61,7 @@ from fedhet.plugin import (
     ClientStep,
     FedModel,
     LocalStats,
+    SGDSettings,
     Tensors,
     Trainer,
     seeded_mlp,
@@ -120,7 +121,7 @@ class KeepsModel(ClientStep):
     """Keeps the trained model in the client's state: next round's previous model."""
 
     def finish(
-        self, client_state: Tensors, state: Tensors, stats: LocalStats, lr: float
+        self, client_state: Tensors, state: Tensors, stats: LocalStats, sgd: SGDSettings
     ) -> tuple[Tensors, Tensors]:
         return {}, {PREVIOUS + n: v.detach().clone() for n, v in state.items()}
 

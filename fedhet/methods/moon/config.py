@@ -11,6 +11,7 @@ from fedhet.plugin import MAX_WIDTH, OMIT_IF_DEFAULT, MethodConfig
 
 class MoonConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.moon.algorithm:Moon"
+    display_name: ClassVar[str | None] = "MOON"
     name: Literal["moon"] = "moon"
     mu: float = Field(
         1.0,
@@ -31,5 +32,5 @@ class MoonConfig(MethodConfig):
         256, ge=1, le=MAX_WIDTH, description="hidden width of the projection head (FedBR's 256)"
     )
 
-    def base_label(self) -> str:
-        return "MOON" + (" (no projection)" if self.projection == "none" else "")
+    def settings(self) -> list[str]:
+        return ["no projection"] if self.projection == "none" else []

@@ -47,6 +47,7 @@ from fedhet.plugin import (
     LocalStats,
     Tensors,
     Trainer,
+    sgd,
     tensors,
     torch_generator,
 )
@@ -109,14 +110,12 @@ class PerFedAvg(Trainer):
         return job.steps * BATCHES[self.config.variant]  # batches drawn: k per meta-step
 
     def client_update(self, job: ClientJob) -> ClientResult:
+        """Per-FedAvg's own loop: a local step is a meta-step over several batches (a look-ahead
+        step, then the outer gradient at the look-ahead point), which the engine's step of one
+        batch and one loss cannot state."""
         model, per_step = job.model, BATCHES[self.config.variant]
         model.train()
-        optimizer = torch.optim.SGD(
-            model.parameters(),
-            lr=job.lr,
-            momentum=self.momentum,
-            weight_decay=self.fed.weight_decay,
-        )
+        optimizer = sgd(model, job.sgd)
         losses = []
         for step, batches in enumerate(_grouped(self.client_batches(job), per_step)):
             rows = [job.client.rows(idx) for idx in batches]

@@ -14,6 +14,7 @@ class PerFedAvgConfig(MethodConfig):
     # each client's model is the global one adapted by a step on its data: evaluated per client
     personalized: ClassVar[bool] = True
     keeps_momentum_buffers: ClassVar[bool] = False  # its local steps are meta-steps
+    display_name: ClassVar[str | None] = "Per-FedAvg"
     name: Literal["perfedavg"] = "perfedavg"
     variant: Literal["fo", "hf"] = Field(
         "fo", description="fo: first-order (2 batches a step); hf: Hessian-free (3 batches)"
@@ -25,5 +26,5 @@ class PerFedAvgConfig(MethodConfig):
         0.001, gt=0, description="hf: the finite difference of the Hessian-vector product"
     )
 
-    def base_label(self) -> str:
-        return f"Per-FedAvg ({self.variant.upper()})"
+    def settings(self) -> list[str]:
+        return [self.variant.upper()] if self.variant != "fo" else []

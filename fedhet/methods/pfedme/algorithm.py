@@ -45,9 +45,11 @@ from fedhet.plugin import (
     ClientResult,
     Divergence,
     LocalStats,
+    PersonalModels,
     Tensors,
-    Trainer,
+    stored,
     tensors,
+    to_store,
 )
 
 THETA = "theta."  # + a model state name: the client's personalized model
@@ -78,12 +80,13 @@ def solve_inner(
     return first
 
 
-class PFedMe(Trainer):
-    vectorizable = False  # each client's steps solve an inner problem of its own
+class PFedMe(PersonalModels):
+    """Each client's steps solve an inner problem of its own, whose solution theta it keeps."""
 
     def client_update(self, job: ClientJob) -> ClientResult:
         """The client's local rounds: theta (job.model, which starts at the global model) solves
-        each step's inner problem, and the client's w moves towards it."""
+        each step's inner problem, and the client's w moves towards it: an inner optimization
+        per step, which the engine's one gradient step per batch cannot state."""
         config, theta = self.config, job.model
         theta.train()
         local = {n: p.detach().clone() for n, p in theta.named_parameters()}  # the client's w
@@ -98,16 +101,16 @@ class PFedMe(Trainer):
                 config.inner_steps,
                 config.personal_lr,
                 config.lam,
-                self.fed.weight_decay,
+                job.sgd.weight_decay,
             )
             if not math.isfinite(loss):
                 raise Divergence(step, loss)
             losses.append(loss)
             with torch.no_grad():
                 for name, p in theta.named_parameters():
-                    local[name].sub_(job.lr * config.lam * (local[name] - p))
+                    local[name].sub_(job.sgd.lr * config.lam * (local[name] - p))
         personalized = tensors.clone(theta.state_dict())
-        job.client_state.update({THETA + n: v for n, v in personalized.items()})
+        job.client_state.update(to_store(personalized, THETA))
         first = losses[0] if losses else math.nan
         stats = LocalStats(len(losses), sum(losses) / max(len(losses), 1), first_loss=first)
         return ClientResult(job.client.id, {**personalized, **local}, job.client.n, stats)
@@ -123,13 +126,6 @@ class PFedMe(Trainer):
             for n, v in averaged.items()
         }
 
-    def evaluation_states(
-        self, global_state: Tensors, client_states: dict[int, Tensors]
-    ) -> list[Tensors]:
-        """Each given client's theta, in client order (the global model for one never trained)."""
-        own = [self.personalized(global_state, client_states[c]) for c in sorted(client_states)]
-        return own or [global_state]
-
     def personalized(self, global_state: Tensors, client_state: Tensors) -> Tensors:
-        own = {n[len(THETA) :]: v for n, v in client_state.items() if n.startswith(THETA)}
-        return own or global_state
+        """The client's theta (the global model for one never trained)."""
+        return stored(client_state, THETA) or global_state

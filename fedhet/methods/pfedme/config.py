@@ -6,21 +6,18 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, InputError, MethodConfig
+from fedhet.plugin import Count, InputError, OwnModelsConfig
 
 
-class PFedMeConfig(MethodConfig):
-    trainer: ClassVar[str | None] = "fedhet.methods.pfedme.algorithm:PFedMe"
+class PFedMeConfig(OwnModelsConfig):
     # each client's personalized model theta is what is evaluated (and stored with the run)
-    personalized: ClassVar[bool] = True
-    keeps_momentum_buffers: ClassVar[bool] = False  # the clients' states are models
+    trainer: ClassVar[str | None] = "fedhet.methods.pfedme.algorithm:PFedMe"
+    display_name: ClassVar[str | None] = "pFedMe"
     name: Literal["pfedme"] = "pfedme"
     lam: float = Field(
         15.0, ge=0, description="lambda: the Moreau envelope's pull of theta towards w"
     )
-    inner_steps: int = Field(
-        5, ge=1, le=MAX_COUNT, description="K: gradient steps solving each inner problem"
-    )
+    inner_steps: Count = Field(5, description="K: gradient steps solving each inner problem")
     personal_lr: float = Field(
         0.09,
         gt=0,
@@ -37,6 +34,3 @@ class PFedMeConfig(MethodConfig):
                 "federation.momentum: pfedme's steps are the paper's plain gradient steps; "
                 "set algorithm.local_momentum: 0"
             )
-
-    def base_label(self) -> str:
-        return "pFedMe"

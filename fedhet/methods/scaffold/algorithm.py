@@ -20,6 +20,7 @@ import torch
 from fedhet.plugin import (
     ClientStep,
     LocalStats,
+    SGDSettings,
     Stacked,
     Tensors,
     Trainer,
@@ -34,11 +35,10 @@ class Controlled(ClientStep):
     def __init__(
         self,
         correction: Literal["gradient", "after_step"],
-        momentum: float,
         server_control: Tensors,
         global_state: Tensors,
     ):
-        self.correction, self.momentum = correction, momentum
+        self.correction = correction
         self.c, self.global_state = server_control, global_state
 
     def control(self, client_state: Tensors) -> Tensors:
@@ -52,7 +52,7 @@ class Controlled(ClientStep):
         c_i = self.control(client_state)
         return {n: c - c_i[n] for n, c in self.c.items()}
 
-    def correct(self, grads: Stacked, extras: Stacked) -> Stacked:
+    def correct(self, grads: Stacked, extras: Stacked, params: Stacked) -> Stacked:
         if self.correction != "gradient":
             return grads
         return {n: g + extras[n] for n, g in grads.items()}
@@ -62,18 +62,21 @@ class Controlled(ClientStep):
             for name, p in params.items():
                 p.sub_(extras[name], alpha=lr)
 
-    def step_count(self, stats: LocalStats) -> float:
+    def step_count(self, stats: LocalStats, momentum: float) -> float:
         """a_i: the displacement of the round in units of lr times a gradient (a kept momentum
         buffer's carried gradient weight included, see `effective_steps`)."""
         if self.correction == "after_step":
             return float(stats.steps)
-        return effective_steps(stats.steps, self.momentum, stats.carried)
+        return effective_steps(stats.steps, momentum, stats.carried)
 
     def finish(
-        self, client_state: Tensors, state: Tensors, stats: LocalStats, lr: float
+        self, client_state: Tensors, state: Tensors, stats: LocalStats, sgd: SGDSettings
     ) -> tuple[Tensors, Tensors]:
         """(c_i+ - c_i, c_i+) with c_i+ = c_i - c + (x - y_i) / (a_i lr)."""
-        c_i, scale = self.control(client_state), 1.0 / (self.step_count(stats) * lr)
+        c_i, scale = (
+            self.control(client_state),
+            1.0 / (self.step_count(stats, sgd.momentum) * sgd.lr),
+        )
         new = {n: c_i[n] - c + scale * (self.global_state[n] - state[n]) for n, c in self.c.items()}
         return {n: new[n] - c_i[n] for n in new}, new
 
@@ -87,7 +90,7 @@ class Scaffold(Trainer):
         return server_state
 
     def client_step(self, round: int, global_state: Tensors, server_state: Tensors) -> Controlled:
-        return Controlled(self.config.correction, self.momentum, server_state, global_state)
+        return Controlled(self.config.correction, server_state, global_state)
 
     def aggregate(self, round, global_state, server_state, results, weights):
         sizes = self.setup.sizes

@@ -13,6 +13,7 @@ class ScaffoldConfig(MethodConfig):
     revision: ClassVar[int] = 1  # 1: momentum-aware control variates
     trainer: ClassVar[str | None] = "fedhet.methods.scaffold.algorithm:Scaffold"
     accepts_objectives: ClassVar[bool] = True
+    display_name: ClassVar[str | None] = "SCAFFOLD"
     name: Literal["scaffold"] = "scaffold"
     correction: Annotated[Literal["gradient", "after_step"], OMIT_IF_DEFAULT] = Field(
         "gradient",
@@ -20,5 +21,5 @@ class ScaffoldConfig(MethodConfig):
         "c_i); after_step: param -= lr (c - c_i) after the step, as the authors' code",
     )
 
-    def base_label(self) -> str:
-        return self.name + ("(after step)" if self.correction == "after_step" else "")
+    def settings(self) -> list[str]:
+        return ["after step"] if self.correction == "after_step" else []

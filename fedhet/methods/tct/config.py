@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class TCTConfig(MethodConfig):
     trainer: ClassVar[str | None] = None  # trained by its stages: a FedAvg run, then regress
+    display_name: ClassVar[str | None] = "TCT"
     name: Literal["tct"] = "tct"
     stage1: Stage1Spec = Stage1Spec()
     entk: EntkSpec = EntkSpec()
@@ -69,6 +70,6 @@ class TCTConfig(MethodConfig):
 
         return linear_scores(artifact, ctx.upstream(node, "entk"), model)
 
-    def base_label(self) -> str:
+    def settings(self) -> list[str]:
         variant = self.stage2.algorithm
-        return "tct" if variant == "scaffold" else f"tct-{variant}"
+        return [] if variant == "scaffold" else [f"stage 2 by {variant}"]

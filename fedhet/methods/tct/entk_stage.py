@@ -26,12 +26,12 @@ import zarr
 from torch import Tensor, nn
 
 from fedhet.methods.tct.entk import (
-    FeatureMoments,
     coordinate_mask,
     iter_entk_chunks,
     reinit_head,
     trainable_parameter_count,
 )
+from fedhet.methods.tct.moments import FeatureMoments
 from fedhet.methods.tct.sections import EntkSpec
 from fedhet.plugin import (
     RunContext,

@@ -6,19 +6,17 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, MAX_SEED, OMIT_IF_DEFAULT, Section
+from fedhet.plugin import MAX_SEED, OMIT_IF_DEFAULT, Count, Section
 
 
 class Stage1Spec(Section):
     """Stage 1: FedAvg with the spec's federation settings, except what is set here."""
 
-    rounds: int | None = Field(
-        None, ge=1, le=MAX_COUNT, description="T1; default: federation.rounds - stage2.rounds"
-    )
+    rounds: Count | None = Field(None, description="T1; default: federation.rounds - stage2.rounds")
     lr: float | None = Field(None, gt=0)
     local_epochs: float | None = Field(None, gt=0)
-    local_steps: int | None = Field(None, ge=1, le=MAX_COUNT)
-    batch_size: int | None = Field(None, ge=1, le=MAX_COUNT)
+    local_steps: Count | None = None
+    batch_size: Count | None = None
 
 
 class EntkSpec(Section):
@@ -31,17 +29,15 @@ class EntkSpec(Section):
         0, ge=0, le=MAX_SEED, description="seed of the head re-initialization and the mask"
     )
     dtype: Literal["fp16", "fp32"] = "fp16"
-    chunk: int = Field(
-        256, ge=1, le=MAX_COUNT, description="samples per extraction batch and Zarr chunk"
-    )
+    chunk: Count = Field(256, description="samples per extraction batch and Zarr chunk")
 
 
 class Stage2Spec(Section):
     """Stage 2: federated least squares on the normalized features (Appendix A)."""
 
     algorithm: Literal["scaffold", "fedavg", "gd"] = "scaffold"
-    rounds: int = Field(100, ge=1, le=MAX_COUNT, description="T2")
-    local_steps: int = Field(500, ge=1, le=MAX_COUNT, description="M, full-batch steps per round")
+    rounds: Count = Field(100, description="T2")
+    local_steps: Count = Field(500, description="M, full-batch steps per round")
     lr: float = Field(5e-5, gt=0, description="eta")
     solver: Annotated[Literal["closed_form", "explicit"], OMIT_IF_DEFAULT] = Field(
         "closed_form",

@@ -14,6 +14,7 @@ from fedhet.plugin import (
     MAX_SEED,
     MAX_WIDTH,
     OMIT_IF_DEFAULT,
+    Count,
     InputError,
     ObjectiveConfig,
     Section,
@@ -91,10 +92,8 @@ class VHLSpec(ObjectiveConfig):
     labels: Literal["extra", "shared"] = Field(
         "extra", description="virtual classes as C_v extra outputs (official) or sharing the first"
     )
-    batch_size: int | None = Field(
+    batch_size: Count | None = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="virtual samples per step; default: the real batch's size",
     )
     augment: bool = Field(
@@ -156,13 +155,15 @@ class VHLSpec(ObjectiveConfig):
                 f"this VHL (variant {self.variant}, labels: {self.labels}) does not add; remove it"
             )
 
-    def label(self) -> str:
-        label = _VARIANT_LABELS[self.variant]
-        if self.uses_images and self.generator.kind != "stylegan2":
-            label += f"({self.generator.kind})"
-        if self.uses_images and not self.augment:
-            label += "(no aug)"
-        return label
+    def display_name(self) -> str:
+        return _VARIANT_LABELS[self.variant]
+
+    def settings(self) -> list[str]:
+        generator = self.uses_images and self.generator.kind != "stylegan2"
+        return [
+            *([f"{self.generator.kind} generator"] if generator else []),
+            *(["no aug"] if self.uses_images and not self.augment else []),
+        ]
 
 
 def virtual_classes(config: VHLSpec, natural_classes: int) -> int:

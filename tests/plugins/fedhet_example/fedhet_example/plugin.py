@@ -14,10 +14,14 @@ class SkewAvgConfig(MethodConfig):
     """`algorithm: {name: skewavg, temperature: 1.0}`."""
 
     trainer: ClassVar[str | None] = "fedhet_example.algorithm:SkewAvg"
+    display_name: ClassVar[str | None] = "SkewAvg"
     name: Literal["skewavg"] = "skewavg"
     temperature: float = Field(
         1.0, ge=0, description="how strongly label-skewed clients are down-weighted; 0 is FedAvg"
     )
+
+    def settings(self) -> list[str]:
+        return [f"temperature={self.temperature:g}"] if self.temperature != 1.0 else []
 
     def plan(self, spec: Spec) -> StageNode:
         # the train stage hands the label_skew artifact over as setup.extras["label_skew"]
