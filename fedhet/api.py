@@ -1,5 +1,6 @@
-"""fedhet from Python, for notebooks: a spec's runs, their per-round metrics and their paired
-comparisons as pandas DataFrames; training and reports as the command line does them.
+"""fedhet from Python, for notebooks: a spec's runs, their per-round metrics, evaluations and
+paired comparisons as pandas DataFrames; training, tuning and reports as the command line does
+them.
 
     import fedhet
 
@@ -17,33 +18,31 @@ Accuracies are in percent, in columns named `..._pct`, as in every table of the 
 differences of accuracies in percentage points (`unit` "points"), and so is `floor`
 (fedhet.core.units). Nothing is trained unless asked (`train()`, or `train=True` where a reader
 takes it). Failures are fedhet's own errors (fedhet.core.errors) with the command line's one-line
-messages, naming the Python call instead of the command: reading a run that is not stored raises
-InputError, reading a damaged artifact DamagedArtifactError.
+messages, naming the Python call and arguments instead of the command and options: reading a run
+that is not stored raises InputError, reading a damaged artifact DamagedArtifactError.
+
+Every command of the command line does its work through the same `Session` (fedhet.session,
+whose rows hold stored quantities: accuracies as fractions), opened by `open_session`, so the
+command line and this module refuse the same inputs with the same messages. Light to import:
+pandas and what computes are imported on first use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.console import Console
 
 from fedhet.core import units
-from fedhet.core.errors import DivergedError, InputError
-from fedhet.core.pipeline import ProgressSink
+from fedhet.core.errors import DivergedError
 from fedhet.core.sealed import damage_named
-from fedhet.core.spec import Spec
-from fedhet.core.store import ArtifactStore
-from fedhet.execution.loading import checked_spec
-from fedhet.execution.planning import Run, runs_of
-from fedhet.execution.results import require_stored
-from fedhet.execution.train import Options
-from fedhet.execution.train import train as train_runs
-from fedhet.metrics.summary import validated
-from fedhet.reports import comparison, export, personalized, report, status
+from fedhet.session import ModelChoice, Session, Voice, checked, open_session
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def load(
@@ -53,12 +52,12 @@ def load(
     the command line) over the artifact store `store`, a folder or `s3://BUCKET/PREFIX` (default:
     FEDHET_STORE or ./artifacts); InputError, with `fedhet spec validate`'s message, for a spec
     the command line refuses."""
-    parsed = checked_spec(spec, overrides)  # the command line's checks, by the same road
-    return Experiment(parsed, ArtifactStore(store), _load_call(spec, overrides, store))
+    voice, console = PythonVoice(_load_call(spec, overrides, store)), Console(stderr=True)
+    return open_session(spec, overrides, voice, console, store, kind=Experiment)
 
 
 def _load_call(
-    spec: str | Path | Mapping[str, Any], overrides: tuple[str, ...], store: str | Path | None
+    spec: str | Path | Mapping[str, Any], overrides: Sequence[str], store: str | Path | None
 ) -> str:
     """The `fedhet.load(...)` call, as a message names it: `{...}` for a mapping."""
     arguments = ["{...}" if isinstance(spec, Mapping) else repr(str(spec))]
@@ -68,81 +67,114 @@ def _load_call(
     return f"fedhet.load({', '.join(arguments)})"
 
 
-@dataclass
-class _QuietView:
-    """A sweep's view that shows nothing (a notebook reads the returned table instead)."""
+@dataclass(frozen=True)
+class PythonVoice(Voice):
+    """Messages in Python: arguments by name, what to call next."""
 
-    on_change: Any = field(default=lambda state: None)
-    on_progress: ProgressSink = field(default=lambda *event: None)
+    call: str  # the `fedhet.load(...)` call of the experiment
 
-    def __enter__(self) -> _QuietView:
-        return self
+    def option(self, name: str) -> str:
+        return name
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def setting(self, name: str, value: object) -> str:
+        return f"{name}={value!r}"
+
+    def train_first(self, reader: str) -> str:
+        return f"call `{self.call}.train()` first or pass {reader}(train=True)"
+
+    def tune_first(self) -> str:
+        return f"call `{self.call}.tune()` first"
+
+    def train_tuned(self) -> str:
+        return "compute them with report(tuned=True, train=True)"
+
+    def retune(self, key: str) -> str:
+        return f"`fedhet artifacts rm {key}`, then `{self.call}.tune()` recomputes it"
 
 
-@dataclass
-class Experiment:
-    spec: Spec
-    store: ArtifactStore
-    source: str  # the `fedhet.load(...)` call that made it, named in messages
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows of stored quantities as a DataFrame of shown ones (accuracies in percent)."""
+    import pandas as pd
 
-    def __post_init__(self) -> None:
-        self._runs: list[Run] = runs_of(self.spec)
+    return pd.DataFrame(units.shown_row(row) for row in rows)
+
+
+class Experiment(Session):
+    """A spec's runs over a store (`fedhet.load`): the session every command works through,
+    its tables as DataFrames of shown quantities (accuracies in percent)."""
 
     @damage_named()
-    def train(self, jobs: int | None = None) -> pd.DataFrame:
-        """Compute what every run is missing (in order here, or on `jobs` worker processes);
-        the runs' result rows. A diverged or failed run is a row too; the first failure that is
-        not a divergence is raised after the others have run."""
-        rows, failures = train_runs(self._runs, self.store, Options(jobs), _QuietView())
+    def train(self, jobs: int | None = None, retry_diverged: bool = False) -> pd.DataFrame:
+        """Compute what every run is missing (in order here, or on `jobs` worker processes); the
+        runs' result rows. A diverged or failed run is a row too; the first failure that is not
+        a divergence is raised after the others have run. A recorded divergence is computed
+        again with `retry_diverged`."""
+        rows, failures = self.train_rows(jobs, retry_diverged=retry_diverged)
         errors = [f for f in failures if not isinstance(f, DivergedError)]
         if errors:
             raise errors[0]
-        return pd.DataFrame(units.shown_row(row) for row in rows)
+        return _frame(rows)
 
     @damage_named()
-    def runs(self) -> pd.DataFrame:
+    def runs(self, algorithm: str | None = None, state: str | None = None) -> pd.DataFrame:
         """A row per run as far as the store has it: labels, seed, key, state, best and final
         test accuracy in percent (`best_test_pct`, `final_pct`), rounds, wall time (what
-        `fedhet runs` prints)."""
-        rows = [status.run_row(run, self.store) | {"key": run.node.key} for run in self._runs]
-        return pd.DataFrame(units.shown_row(row) for row in rows)
+        `fedhet runs` prints); only `algorithm`'s runs, or those in `state` (stored, diverged,
+        partial, missing), where given."""
+        return _frame(self.run_rows(algorithm, state))
 
     @damage_named()
-    def metrics(self, train: bool = False) -> pd.DataFrame:
+    def metrics(self, train: bool = False, tensorboard: str | Path | None = None) -> pd.DataFrame:
         """A row per run and round with the columns of `fedhet export` (accuracies in percent:
-        `test_accuracy_pct`)."""
-        self._require_stored(train, "metrics")
-        return pd.DataFrame(export.long_rows(export.collect(self._runs, self.store, train)))
+        `test_accuracy_pct`); with `tensorboard`, also written under that folder as TensorBoard
+        events, a folder per run (`fedhet export --tensorboard`)."""
+        import pandas as pd
+
+        events = None if tensorboard is None else Path(tensorboard)
+        return pd.DataFrame(self.metric_rows(train, events))
+
+    @damage_named()
+    def evaluate(
+        self, model: ModelChoice = "final", cgv: bool = False, train: bool = False
+    ) -> pd.DataFrame:
+        """What `fedhet eval` reports, a row per run: global accuracy (`accuracy_pct`), loss,
+        per-class and per-client accuracies (lists) of the `final` or `best` model, with `cgv`
+        its client gradient variance; a diverged run's row says in which round, with no
+        scores."""
+        return _frame(self.evaluations(model, cgv, train))
+
+    @damage_named()
+    def plan(self, tune: bool = False) -> pd.DataFrame:
+        """What `fedhet plan` prints: every run's stages and their state (stored, partial, missing)
+        with the time still needed where known; with `tune`, the runs of the tune's trials. The
+        one-line summary is in `.attrs["summary"]`."""
+        rows, summary = self.plan_rows(tune)
+        frame = _frame(rows)
+        frame.attrs["summary"] = summary
+        return frame
+
+    @damage_named()
+    def tune(self, jobs: int | None = None, trials: bool = False) -> pd.DataFrame:
+        """Select each method's hyperparameters as the spec's `tune:` section says (what `fedhet
+        tune` does): a row per method and setting with the chosen values and validation scores
+        in percent, or with `trials` a row per trial."""
+        from fedhet.reports.tuning import selection_rows, trial_rows
+
+        outcome = self.tune_outcome(jobs)
+        return _frame(trial_rows(outcome) if trials else selection_rows(outcome))
 
     @damage_named()
     def compare(
-        self,
-        baseline: str | None = None,
-        train: bool = False,
-        floor: float = comparison.FLOOR_POINTS,
+        self, baseline: str | None = None, train: bool = False, floor: float | None = None
     ) -> pd.DataFrame:
         """The report's paired differences: a row per metric, setting and algorithm against
         `baseline` (default the matrix's first algorithm), in the metric's `unit`: "points"
         (percentage points) for accuracies, "rounds" for rounds to a target. `floor` is the
         smallest difference in accuracy, in points as `fedhet report --floor`, a verdict calls
-        a gain. With `eval.client_test`, also the personalized accuracies and the global
-        model's (`personalized`)."""
-        reference = report.reference_algorithm(self._runs, baseline, Console(stderr=True))
-        self._require_stored(train, "compare")
-        rows = self._rows(train)
-        cells = report.cells(rows)
-        metrics = comparison.paired_metrics(self.spec.eval.target_accuracy, validated(rows))
-        if self.spec.eval.client_test is not None:
-            metrics += personalized.paired_metrics()
-        minimum = units.fraction(floor)
-        return pd.DataFrame(
-            _paired_row(metric, row, reference)
-            for metric in metrics
-            for row in comparison.compared(cells, reference, metric, minimum)
-        )
+        a gain (default 0.5)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.paired_rows(baseline, train, floor))
 
     @damage_named()
     def personalized(self, train: bool = False) -> pd.DataFrame:
@@ -151,76 +183,7 @@ class Experiment:
         `client_test_worst_decile_pct`, `client_test_std_pct`) and the global model's test
         accuracy (`global_accuracy_pct`, None for a method without one), in percent; the
         report's personalized section (fedhet.reports.personalized)."""
-        if self.spec.eval.client_test is None:
-            raise InputError(
-                f"{self.source}.personalized(): the spec has no eval.client_test; set it "
-                "(e.g. eval.client_test.per_client=100) to score each client on its own test set"
-            )
-        self._require_stored(train, "personalized")
-        rows = personalized.run_rows(self._rows(train))
-        return pd.DataFrame(units.shown_row(row) for row in rows)
-
-    def _rows(self, train: bool) -> list[dict]:
-        """The report's rows, with their final models' scores under `eval.client_test`."""
-        console = Console(stderr=True, quiet=True)
-        rows = report.collect(self._runs, self.store, console, train)
-        if self.spec.eval.client_test is None:
-            return rows
-        return report.with_final_scores(rows, self._runs, self.store, console)
-
-    @damage_named()
-    def report(
-        self,
-        out: str | Path = report.DEFAULT_FOLDER,
-        baseline: str | None = None,
-        train: bool = False,
-        floor: float = comparison.FLOOR_POINTS,
-    ) -> Path:
-        """Write what `fedhet report` writes into the folder `out` (as the command line, by
-        default `report/` of the working directory); `floor` in points, as `compare`'s; the
-        markdown file's path."""
-        self._require_stored(train, "report")
-        markdown, _ = report.write_report(
-            self.spec,
-            self._runs,
-            self.store,
-            Path(out),
-            train=train,
-            baseline=baseline,
-            floor=units.fraction(floor),
-        )
-        return markdown
-
-    def _require_stored(self, train: bool, reader: str) -> None:
-        """InputError naming the runs not stored, the call that stores them and `reader`'s
-        argument that would, unless `train`."""
-        if not train:
-            remedy = f"call `{self.source}.train()` first or pass {reader}(train=True)"
-            require_stored(self._runs, self.store, remedy)
+        return _frame(self.personalized_rows(train))
 
 
-def _paired_row(metric: comparison.PairedMetric, row: comparison.PairedRow, reference: str):
-    """A paired comparison as a row, its differences in the metric's unit."""
-    c = row.comparison
-
-    def shown(difference: float | None) -> float | None:
-        return None if difference is None else comparison.in_unit(difference, metric.unit)
-
-    return {
-        "metric": metric.title,
-        "unit": metric.unit,
-        "algorithm": row.algorithm,
-        "reference": reference,
-        "setting": row.setting,
-        "pairs": c.n,
-        "mean_difference": shown(c.mean),
-        "ci_low": shown(c.low),
-        "ci_high": shown(c.high),
-        "seeds_ahead": c.ahead,
-        "verdict": c.verdict,
-        "rounds": row.rounds,
-        "differences": [shown(d) for d in row.pairing.differences],
-    }
-
-
-__all__ = ["Experiment", "load"]
+__all__ = ["Experiment", "PythonVoice", "Session", "checked", "load", "open_session"]

@@ -124,13 +124,19 @@ Tensors, models and metrics
         For a method with a training stage of its own (TCT): progress lines and a round's note
         in them, stored metrics, TensorBoard events, figures.
 
+Commands (a method's `commands`: a typer.Typer whose commands join fedhet's command line)
+    SpecPath, OverridesArg, OnlyOpt, StoreOpt, DataRootOpt
+        The arguments and options of every spec command, as fedhet's own commands declare them
+        (typer `Annotated` aliases): SPEC, [PATH=VALUE]..., --only, --store, --data-root. The
+        command's `ctx.obj` lends the command line's `load` (the checked spec), `out` and `err`.
+
 Errors
     InputError (exit 2: a bad spec, naming the field), RunError (exit 1), DivergedError.
 
 Random numbers
     torch_generator(seed, *path), derive_seed(seed, *path): every draw from the spec's seed.
 
-The names above Training are imported with this module; the rest (torch) on first use.
+The names above Training are imported with this module; the rest (torch, typer) on first use.
 """
 
 from __future__ import annotations
@@ -174,12 +180,15 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ClientJob": ("fedhet.engine.trainer", "ClientJob"),
     "ClientResult": ("fedhet.engine.trainer", "ClientResult"),
     "ClientStep": ("fedhet.engine.client_step", "ClientStep"),
+    "DataRootOpt": ("fedhet.core.command_line", "DataRootOpt"),
     "Divergence": ("fedhet.engine.local", "Divergence"),
     "Engine": ("fedhet.engine.loop", "Engine"),
     "FedModel": ("fedhet.models", "FedModel"),
     "LocalStats": ("fedhet.engine.local", "LocalStats"),
     "LossFn": ("fedhet.metrics.cgv", "LossFn"),
     "MixedBatches": ("fedhet.engine.mixup", "MixedBatches"),
+    "OnlyOpt": ("fedhet.core.command_line", "OnlyOpt"),
+    "OverridesArg": ("fedhet.core.command_line", "OverridesArg"),
     "Mixer": ("fedhet.engine.mixup", "Mixer"),
     "Mixup": ("fedhet.engine.mixup", "Mixup"),
     "FineTuned": ("fedhet.engine.personal", "FineTuned"),
@@ -190,7 +199,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "TrainedBeside": ("fedhet.engine.personal", "TrainedBeside"),
     "SGDSettings": ("fedhet.engine.local", "SGDSettings"),
     "Scores": ("fedhet.metrics.accuracy", "Scores"),
+    "SpecPath": ("fedhet.core.command_line", "SpecPath"),
     "Stacked": ("fedhet.engine.client_step", "Stacked"),
+    "StoreOpt": ("fedhet.core.command_line", "StoreOpt"),
     "Tensors": ("fedhet.engine.tensors", "Tensors"),
     "Traffic": ("fedhet.engine.trainer", "Traffic"),
     "TrainSetup": ("fedhet.engine.setup", "TrainSetup"),

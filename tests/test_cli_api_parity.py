@@ -1,6 +1,8 @@
-"""`fedhet.load` and the command line load a spec through one function
-(fedhet.execution.loading), so they refuse the same specs with the same one-line message: the
-command line prints it after `error: `, the Python API raises it as InputError."""
+"""The command line and `fedhet.load` do their work through one session (fedhet.session), so they
+refuse the same specs with the same one-line message: the command line prints it after `error: `
+(exit 2, no traceback), the Python API raises it as InputError. Where a message names what the
+caller can change or do next, each speaks its own language: options and commands on the command
+line, arguments and calls in Python."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from fedhet import load
 from fedhet.core.errors import InputError
 
 ARRAYS = {"dataset": "arrays", "path": "missing.npz"}
+FEDERATION = TINY_SPEC["federation"]
 
 BAD_SPECS = {  # name: (the spec's changes to TINY_SPEC, the overrides, what the message says)
     "a client with no sample": (
@@ -26,8 +29,25 @@ BAD_SPECS = {  # name: (the spec's changes to TINY_SPEC, the overrides, what the
         [],
         "model (mlp): 1,000,076,000,010 parameters need about",
     ),
-    "an unknown field": ({"federation": {**TINY_SPEC["federation"], "bogus": 1}}, [], "bogus"),
+    "an unknown field": ({"federation": {**FEDERATION, "bogus": 1}}, [], "bogus"),
+    "a bad type": (
+        {"federation": {**FEDERATION, "lr": "fast"}},
+        [],
+        "federation.lr: input should be a valid number",
+    ),
+    "a boolean count": (
+        {"federation": {**FEDERATION, "rounds": True}},
+        [],
+        "federation.rounds: input should be a valid integer (got True)",
+    ),
+    "an unknown method": (
+        {"algorithm": {"name": "fedmagic"}},
+        [],
+        "algorithm.name: unknown or missing algorithm; choose one of",
+    ),
+    "an unknown dataset": ({"data": {"dataset": "nosuch"}}, [], "data.dataset: unknown value"),
     "a bad override": ({}, ["federation.rounds=true"], "federation.rounds"),
+    "an override of no field": ({}, ["federation.speed=2"], "federation.speed"),
     "a missing data file": ({"data": ARRAYS}, [], "missing.npz"),
 }
 
@@ -39,16 +59,28 @@ def test_the_api_and_the_command_line_refuse_the_same_spec_with_the_same_line(
     changes, overrides, named = BAD_SPECS[case]
     write_spec(tmp_path / "bad.yaml", TINY_SPEC | changes)
     store = tmp_path / "store"
-    result = fedhet("spec", "validate", "bad.yaml", *overrides, store=store, cwd=tmp_path)
-    assert result.rc == 2 and "Traceback" not in result.stderr, result.stderr
-    (line,) = result.stderr.strip("\n").splitlines()
+    lines = set()
+    for command in (["spec", "validate"], ["train"]):
+        result = fedhet(*command, "bad.yaml", *overrides, store=store, cwd=tmp_path)
+        assert result.rc == 2 and "Traceback" not in result.stderr, result.stderr
+        (line,) = result.stderr.strip("\n").splitlines()
+        lines.add(same_machine(line))
 
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(InputError) as refused:
-        load("bad.yaml", *overrides, store=store)
-    assert same_machine(line) == same_machine(f"error: {refused.value}")
+    for call in (
+        lambda: load("bad.yaml", *overrides, store=store),
+        lambda: train(overrides, store),
+    ):
+        with pytest.raises(InputError) as refused:
+            call()
+        lines.add(same_machine(f"error: {refused.value}"))
+    (line,) = lines  # one message, from all four
     assert named in line
     assert not store.exists()
+
+
+def train(overrides: list[str], store: Path) -> None:
+    load("bad.yaml", *overrides, store=store).train()
 
 
 def test_a_spec_both_accept_loads_the_same(fedhet: CliRunner, tmp_path: Path, monkeypatch):
@@ -59,6 +91,90 @@ def test_a_spec_both_accept_loads_the_same(fedhet: CliRunner, tmp_path: Path, mo
     monkeypatch.chdir(tmp_path)
     experiment = load("good.yaml", "seed=4", store=tmp_path / "store")
     assert experiment.spec.seed == 4 and len(experiment.runs()) == 1
+
+
+TWO_ALGORITHMS = TINY_SPEC | {
+    "data": {"dataset": "digits", "validation": 0.2},
+    "matrix": {"algorithm": [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.01}]},
+    "tune": {"trials": 1, "seeds": [7], "space": {"federation.lr": {"grid": [0.05]}}},
+}
+CALL = "fedhet.load('two.yaml', 'seed=5', store='{store}')"
+
+# (command-line arguments, the Experiment call, the command line's words, Python's words)
+REFUSALS = {
+    "no worker": (
+        ["train", "--jobs", "0"],
+        lambda e: e.train(jobs=0),
+        "--jobs 0: give at least 1 worker process",
+        "jobs=0: give at least 1 worker process",
+    ),
+    "an unknown baseline": (
+        ["report", "--baseline", "nosuch"],
+        lambda e: e.compare(baseline="nosuch"),
+        "--baseline 'nosuch' is no algorithm of this report",
+        "baseline='nosuch' is no algorithm of this report",
+    ),
+    "runs not stored": (
+        ["eval"],
+        lambda e: e.evaluate(),
+        "run `fedhet train two.yaml seed=5 --store {store}` first or pass --train",
+        f"call `{CALL}.train()` first or pass evaluate(train=True)",
+    ),
+    "a tune not stored": (
+        ["report", "--tuned"],
+        lambda e: e.report(tuned=True),
+        "the tune of two.yaml is not stored (tune ",
+        "the tune of two.yaml is not stored (tune ",
+    ),
+    "how to store a tune": (
+        ["report", "--tuned"],
+        lambda e: e.report(tuned=True),
+        "; run `fedhet tune two.yaml seed=5` first",
+        f"; call `{CALL}.tune()` first",
+    ),
+    "an unwritable TensorBoard folder": (
+        ["export", "--tensorboard", "two.yaml/events"],
+        lambda e: e.metrics(tensorboard="two.yaml/events"),
+        "--tensorboard: cannot write TensorBoard events under two.yaml/events",
+        "tensorboard: cannot write TensorBoard events under two.yaml/events",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_each_refuses_in_its_own_words(
+    fedhet: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+):
+    arguments, call, command_line, python = REFUSALS[case]
+    write_spec(tmp_path / "two.yaml", TWO_ALGORITHMS)
+    store = tmp_path / "store"
+    command, *options = arguments
+    result = fedhet(command, "two.yaml", "seed=5", *options, "--store", store, cwd=tmp_path)
+    assert result.rc == 2 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip("\n").splitlines()
+    assert command_line.format(store=store) in line
+
+    monkeypatch.chdir(tmp_path)
+    experiment = load("two.yaml", "seed=5", store=store)
+    with pytest.raises(InputError) as refused:
+        call(experiment)
+    message = str(refused.value)
+    assert python.format(store=store) in message
+    assert "--" not in message and "`fedhet " not in message  # no option, no command
+    assert not store.exists()  # a refusal computes nothing
+
+
+def test_an_unwritable_store_is_named_in_each_ones_words(
+    fedhet: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    write_spec(tmp_path / "two.yaml", TWO_ALGORITHMS)
+    store = "/proc/fedhet-store"  # worker processes could not write their results there
+    result = fedhet("train", "two.yaml", "--jobs", "2", "--store", store, cwd=tmp_path)
+    assert result.rc == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: --store {store}: not writable")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=f"^store {store}: not writable"):
+        load("two.yaml", store=store).train(jobs=2)
 
 
 def same_machine(message: str) -> str:

@@ -244,9 +244,12 @@ def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatc
     code, _, _ = fedhet(monkeypatch, capsys, *args, "--train")
     assert code == 0
     lines = (out_dir / "grid.md").read_text().splitlines()
-    accuracy, rounds, speedup, *paired, plateau, cost, stages, _ = markdown_tables(lines)
+    tables = markdown_tables(lines)
+    accuracy, rounds, speedup, *paired, plateau, heterogeneity, cost, stages, _ = tables
     assert len(paired) == 5  # best, final, last tenth, all rounds, rounds to target
     assert plateau[0][:3] == ["algorithm", "setting", "rounds compared"]
+    assert heterogeneity[0][:3] == ["partition", "clients", "Hellinger"]
+    assert [row[1] for row in heterogeneity[2:]] == ["3", "3"]  # a row per partition
     assert accuracy[0] == rounds[0] == speedup[0] == ["algorithm", "iid", "#C=4"]
     assert stages[0] == ["algorithm", "setting", "seeds", "partition", "train", "total"]
     best_cells = {row[0]: row[1:] for row in accuracy[2:]}

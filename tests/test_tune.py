@@ -20,6 +20,7 @@ import torch
 from conftest import REPO, CliRunner, cli_env, write_spec
 from rich.console import Console
 
+from fedhet import load as fedhet_load
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.data import datasets, digits
@@ -157,7 +158,7 @@ def test_a_second_or_larger_tune_reuses_every_trial(fedhet: CliRunner, tmp_path)
 
 
 def test_plan_tune_shows_a_damaged_tune_outcome_as_artifacts_verify_does(
-    fedhet: CliRunner, tmp_path
+    fedhet: CliRunner, tmp_path, capsys
 ):
     store = tmp_path / "store"
     spec = tune_spec(tmp_path, trials=1, space={"federation.lr": {"grid": [0.2]}})
@@ -182,6 +183,13 @@ def test_plan_tune_shows_a_damaged_tune_outcome_as_artifacts_verify_does(
     table = fedhet("plan", spec, "--tune", store=store)
     assert "4 stages: 3 stored, 1 damaged; no time estimate" in " ".join(table.stdout.split())
     assert "nothing left to run" not in table.stdout and "Traceback" not in table.stderr
+    # fedhet.load(...).plan(tune=True): the same rows, the remedy a call to make
+    frame = fedhet_load(spec, store=store).plan(tune=True)
+    assert frame["state"].iloc[-1] == rows[-1]["state"]
+    assert frame.attrs["summary"] == "4 stages: 3 stored, 1 damaged; no time estimate"
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    call = f"fedhet.load({str(spec)!r}, store={str(store)!r})"
+    assert line.endswith(f"`fedhet artifacts rm {key[:12]}`, then `{call}.tune()` recomputes it")
 
 
 def test_the_choices_do_not_depend_on_jobs(fedhet: CliRunner, tmp_path):

@@ -3,6 +3,7 @@ garbage. These commands read the store only (and a spec, for `ls --spec`)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Annotated
@@ -145,28 +146,34 @@ def _copy(source: ArtifactStore, destination: ArtifactStore) -> None:
     out.print(f"{copied} copied to {destination.location}", soft_wrap=True)
 
 
-@commands.command(
-    "push", epilog=example("fedhet artifacts push s3://my-bucket/fedhet --store artifacts")
-)
-def artifacts_push(
-    destination: Annotated[str, typer.Argument(help="store to copy into: a folder or a URL")],
-    store: StoreOpt = None,
-) -> None:
-    """Copy every artifact of the store missing from DESTINATION, bit for bit (rerun to resume
-    an interrupted copy)."""
-    _copy(ArtifactStore(store), ArtifactStore(destination))
+def _transfer(name: str, other: str, outward: bool) -> None:
+    """Register `fedhet artifacts push` (`outward`: the store's artifacts copied into the store
+    given as the argument `other`) or `pull` (the other's copied into the store)."""
+
+    def transfer(store: str | None, **given: str) -> None:
+        ours, theirs = ArtifactStore(store), ArtifactStore(given[other])
+        _copy(*((ours, theirs) if outward else (theirs, ours)))
+
+    direction, missing = "into", f"of the store missing from {other.upper()}"
+    if not outward:
+        direction, missing = "from", f"of {other.upper()} missing from the store"
+    argument = typer.Argument(help=f"store to copy {direction}: a folder or a URL")
+    transfer.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(other, KEYWORD, annotation=Annotated[str, argument]),
+            inspect.Parameter("store", KEYWORD, annotation=StoreOpt, default=None),
+        ]
+    )
+    transfer.__doc__ = (
+        f"Copy every artifact {missing}, bit for bit (rerun to resume an interrupted copy)."
+    )
+    epilog = example(f"fedhet artifacts {name} s3://my-bucket/fedhet --store artifacts")
+    commands.command(name, epilog=epilog)(transfer)
 
 
-@commands.command(
-    "pull", epilog=example("fedhet artifacts pull s3://my-bucket/fedhet --store artifacts")
-)
-def artifacts_pull(
-    source: Annotated[str, typer.Argument(help="store to copy from: a folder or a URL")],
-    store: StoreOpt = None,
-) -> None:
-    """Copy every artifact of SOURCE missing from the store, bit for bit (rerun to resume an
-    interrupted copy)."""
-    _copy(ArtifactStore(source), ArtifactStore(store))
+KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_transfer("push", "destination", outward=True)
+_transfer("pull", "source", outward=False)
 
 
 @commands.command("gc", epilog=example("fedhet artifacts gc --dry-run", "fedhet artifacts gc"))

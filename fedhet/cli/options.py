@@ -8,18 +8,23 @@ from __future__ import annotations
 import inspect
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
 from rich.console import Console
 
 from fedhet.cli.output import Format
-from fedhet.core.errors import InputError
+from fedhet.core.command_line import DataRootOpt, OnlyOpt, OverridesArg, SpecPath, StoreOpt
 from fedhet.core.spec import Spec
-from fedhet.core.store import ArtifactStore
-from fedhet.core.tune_spec import TuneSpec
+
+if TYPE_CHECKING:
+    from fedhet.cli.sweep_view import SweepView
+    from fedhet.core.store import ArtifactStore
+    from fedhet.execution.planning import Run
+    from fedhet.session import Session
 
 # Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
 # terminal's width (the rich mode keeps every source line break of a docstring)
@@ -44,38 +49,6 @@ def group(help_text: str) -> typer.Typer:
     return typer.Typer(no_args_is_help=True, rich_markup_mode=HELP_MARKUP, help=help_text)
 
 
-SpecPath = Annotated[Path, typer.Argument(help="YAML experiment spec", metavar="SPEC")]
-OverridesArg = Annotated[
-    list[str] | None,
-    typer.Argument(
-        help="overrides PATH=VALUE, VALUE in YAML: federation.rounds=100 'matrix.seed=[0,1]'",
-        metavar="[PATH=VALUE]...",
-        show_default=False,
-    ),
-]
-OnlyOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--only",
-        help="keep the runs whose matrix AXIS has VALUE (an entry of a section axis by its name), "
-        "repeatable: --only algorithm=fedprox --only seed=0",
-        metavar="AXIS=VALUE",
-        show_default=False,
-    ),
-]
-StoreOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        help="artifact store: a folder or s3://BUCKET/PREFIX (default: FEDHET_STORE or "
-        "./artifacts)",
-        metavar="DIR|URL",
-    ),
-]
-DataRootOpt = Annotated[
-    Path | None,
-    typer.Option("--data-root", help="dataset root (default: spec, FEDHET_DATA or ./data)"),
-]
 FormatOpt = Annotated[
     Format, typer.Option("--format", help="table | markdown | csv | json", show_default=False)
 ]
@@ -106,14 +79,11 @@ def load(
     overrides: list[str] | None = None,
     only: list[str] | None = None,
 ) -> Spec:
-    """The checked spec, before any heavy import: every command starts here (as `fedhet.load`
-    does), `data_root` replacing the spec's. An override that replaces a matrix axis says so."""
-    from fedhet.execution.loading import checked_spec
+    """The checked spec, before any heavy import (as `fedhet.load` checks it), `data_root`
+    replacing the spec's. An override that replaces a matrix axis says so."""
+    from fedhet.api import checked
 
-    spec = checked_spec(path, overrides or (), only or (), note=say)
-    if data_root is None:
-        return spec
-    return spec.model_copy(update={"data": spec.data.model_copy(update={"root": str(data_root)})})
+    return checked(path, overrides or (), only or (), data_root, say)
 
 
 @dataclass(frozen=True)
@@ -124,46 +94,98 @@ class SpecArgs:
     overrides: list[str]
     only: list[str]
 
-    def load(self, data_root: Path | None = None) -> Spec:
-        return load(self.path, data_root, self.overrides, self.only)
+    def load(self) -> Spec:
+        """The checked spec, no store opened (`fedhet spec`)."""
+        return load(self.path, None, self.overrides, self.only)
 
-    def stored_runs(self, spec: Spec, store: ArtifactStore, train: bool) -> list:
-        """The spec's runs; unless `train`, exit 2 naming those whose results are not stored
-        (and the `fedhet train` command, overrides and a --store other than the default
-        included, that stores them)."""
-        from fedhet.core.store import default_root
-        from fedhet.execution.planning import runs_of
-        from fedhet.execution.results import require_stored
+    def open(self, where: Where | None = None) -> Session:
+        """The spec's session (fedhet.api), over the --store and --data-root of `where`, its
+        messages naming options and commands, its progress on stderr."""
+        from fedhet.api import open_session
 
-        runs = runs_of(spec)
-        if not train:
-            given = [] if store.location == default_root() else ["--store", store.location]
-            command = shlex.join(["fedhet", "train", str(self.path), *self.overrides, *given])
-            require_stored(runs, store, f"run `{command}` first or pass --train")
-        return runs
-
-    def tune_section(self, spec: Spec) -> TuneSpec:
-        if spec.tune is None:
-            raise InputError(
-                f"{self.path}: no tune section; add one, e.g. tune: {{trials: 4, seeds: [100], "
-                "space: {federation.lr: {grid: [0.02, 0.05, 0.1, 0.2]}}} (docs/how-to/tune.md)"
-            )
-        return spec.tune
+        where = where or Where()
+        voice = CommandLine(self.path, self.overrides, where.store)
+        session = open_session(
+            self.path, self.overrides, voice, err, where.store, self.only, where.data_root, say
+        )
+        session.view = partial(sweep_view, store=session.store)
+        return session
 
 
 @dataclass(frozen=True)
-class Where:
-    """Where a command reads and writes: its --store and --data-root, two options that
-    `spec_arguments` hands to the command as one parameter annotated `Where`."""
+class CommandLine:
+    """Messages in the command line's words (fedhet.session.Voice): options, commands to run
+    next with the spec's overrides (and a --store other than the default)."""
 
-    store: str | None = None
-    data_root: Path | None = None
+    path: Path
+    overrides: list[str]
+    store: str | None
+
+    def option(self, name: str) -> str:
+        return f"--{name.replace('_', '-')}"
+
+    def setting(self, name: str, value: object) -> str:
+        shown = repr(value) if isinstance(value, str) else value
+        return f"{self.option(name)} {shown}"
+
+    def train_first(self, reader: str) -> str:
+        return f"run `{self._command('train', *self._store_option())}` first or pass --train"
+
+    def tune_first(self) -> str:
+        return f"run `{self._command('tune')}` first"
+
+    def train_tuned(self) -> str:
+        return f"compute them with `{self._command('report', '--tuned', '--train')}`"
+
+    def retune(self, key: str) -> str:
+        tune = self._command("tune", *self._store_option())
+        return f"`fedhet artifacts rm {key}`, then `{tune}` recomputes it"
+
+    def _store_option(self) -> list[str]:
+        """--store as given, unless it names the default store."""
+        from fedhet.core.store import default_root
+
+        return [] if self.store in (None, default_root()) else ["--store", self.store]
+
+    def _command(self, name: str, *options: str) -> str:
+        return shlex.join(["fedhet", name, str(self.path), *self.overrides, *options])
 
 
-_WHERE_PARAMETERS = [
-    inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind, default=None)
-    for name, kind in [("store", StoreOpt), ("data_root", DataRootOpt)]
-]
+def sweep_view(runs: list[Run], store: ArtifactStore) -> SweepView:
+    """The live view of the runs' progress on stderr (redrawn in place on a terminal)."""
+    from fedhet.cli.sweep_view import SweepView
+
+    live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
+    return SweepView(runs, store, err, live)
+
+
+class OptionGroup:
+    """Options a command takes as one parameter: a frozen dataclass whose fields are the
+    options (typer `Annotated` aliases, with their defaults), which `spec_arguments` spreads
+    into the command's options and gathers again."""
+
+
+@dataclass(frozen=True)
+class Where(OptionGroup):
+    """Where a command reads and writes: --store and --data-root."""
+
+    store: StoreOpt = None
+    data_root: DataRootOpt = None
+
+
+@dataclass(frozen=True)
+class Sweep(OptionGroup):
+    """Where a command reads and writes, and on how many worker processes it computes."""
+
+    store: StoreOpt = None
+    data_root: DataRootOpt = None
+    jobs: JobsOpt = None
+
+    @property
+    def where(self) -> Where:
+        return Where(self.store, self.data_root)
+
+
 _SPEC_PARAMETERS = [
     inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind, **default)
     for name, kind, default in [
@@ -174,20 +196,39 @@ _SPEC_PARAMETERS = [
 ]
 
 
+def _group(parameter: inspect.Parameter) -> type[OptionGroup] | None:
+    kind = parameter.annotation
+    return kind if isinstance(kind, type) and issubclass(kind, OptionGroup) else None
+
+
+def _spread(group: type[OptionGroup]) -> list[inspect.Parameter]:
+    """The group's fields as a command's parameters."""
+    hints = get_type_hints(group, include_extras=True)
+    return [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            annotation=hints[f.name],
+            default=f.default,
+        )
+        for f in fields(group)  # type: ignore[arg-type]
+    ]
+
+
 def spec_arguments(command: Callable[..., Any]) -> Callable[..., Any]:
     """`command(given: SpecArgs, OPTION...)` as typer reads a command: SPEC [PATH=VALUE]...
-    --only AXIS=VALUE, then the command's own options, a parameter annotated `Where` read as
-    --store and --data-root."""
+    --only AXIS=VALUE, then the command's own options, a parameter annotated with an
+    OptionGroup (`Where`: --store and --data-root) read as the group's options."""
     _, *options = inspect.signature(command, eval_str=True).parameters.values()
-    wheres = [option.name for option in options if option.annotation is Where]
+    groups = {option.name: group for option in options if (group := _group(option))}
     parameters = [
         *_SPEC_PARAMETERS,
-        *(p for o in options for p in (_WHERE_PARAMETERS if o.name in wheres else [o])),
+        *(p for o in options for p in (_spread(groups[o.name]) if o.name in groups else [o])),
     ]
 
     def called(path: Path, overrides: list[str] | None, only: list[str] | None, **given: Any):
-        for name in wheres:
-            given[name] = Where(given.pop("store"), given.pop("data_root"))
+        for name, group in groups.items():
+            given[name] = group(**{f.name: given.pop(f.name) for f in fields(group)})  # type: ignore[arg-type]
         return command(SpecArgs(path, overrides or [], only or []), **given)
 
     called.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]

@@ -4,7 +4,6 @@ table, evaluations, a paper-style report or one long table of per-round metrics.
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -24,18 +23,14 @@ from fedhet.cli.options import (
     StoreOpt,
     TrainOpt,
     Where,
-    err,
     example,
     out,
     say,
     spec_arguments,
 )
 from fedhet.cli.output import Column, Format, present, show
-from fedhet.cli.run import train_runs
 from fedhet.core import units
 from fedhet.core.errors import InputError
-from fedhet.core.spec import Spec
-from fedhet.core.store import ArtifactStore
 
 commands = typer.Typer()
 
@@ -62,22 +57,9 @@ def runs(
 ) -> None:
     """Every run of the spec with what the store holds of it: state (stored, diverged, partial,
     missing), best and final accuracy, rounds done and training time."""
-    spec = given.load()
-    from fedhet.execution.labels import named_label
-    from fedhet.execution.planning import runs_of
-    from fedhet.reports.status import run_row
-
-    st = ArtifactStore(store)
-    rows = [run_row(run, st) for run in runs_of(spec)]
-    if algorithm is not None:  # a label, or one in the style of labels before
-        algorithm = named_label(algorithm, [r["algorithm"] for r in rows]) or algorithm
-    rows = [
-        r
-        for r in rows
-        if (algorithm is None or r["algorithm"] == algorithm)
-        and (state is None or r["state"] == state)
-    ]
-    show(out, rows, present(RUN_COLUMNS, rows), fmt, title=spec.name)
+    session = given.open(Where(store))
+    rows = session.run_rows(algorithm, state)
+    show(out, rows, present(RUN_COLUMNS, rows), fmt, title=session.spec.name)
 
 
 @commands.command(
@@ -105,21 +87,14 @@ def evaluate(
     """Global, per-class and per-client accuracy of each run's final (or best) model, whatever
     the method (TCT: its stage-2 linear model on the eNTK features). A run that diverged is
     marked so, with no scores."""
-    spec, st = given.load(where.data_root), ArtifactStore(where.store)
-    from fedhet.execution.results import outcome
-    from fedhet.reports.evaluation import evaluate_outcome
-
-    runs = given.stored_runs(spec, st, train)
-    reports = [
-        evaluate_outcome(run, outcome(run, st, train), st, cgv=cgv, model=model, console=err)
-        for run in runs
-    ]
+    session = given.open(where)
+    reports = session.evaluations(model, cgv, train)
     if as_json or fmt is Format.json:  # the reports as they are, lists and all
         print(json.dumps([units.shown_row(report) for report in reports], indent=2))
         return
     readable = fmt is not Format.csv
     rows = [_eval_row(report, readable) for report in reports]
-    spread = CLIENT_TEST_COLUMNS if spec.eval.client_test is not None else []
+    spread = CLIENT_TEST_COLUMNS if session.spec.eval.client_test is not None else []
     lists = [*EVAL_COLUMNS[-2:], *([CLIENT_TEST_LIST] if spread else [])]
     diverged = [] if readable else [Column("diverged", "diverged", "number")]
     measured = present(EVAL_COLUMNS[:-2], rows)
@@ -220,38 +195,11 @@ def report(
     """Paper-style table (algorithms x settings, mean ± std over seeds) and accuracy curves
     into a markdown file and PNG, SVG and PDF figures; prints the main table and where the rest
     is."""
-    spec, st = given.load(where.data_root), ArtifactStore(where.store)
-    from fedhet.reports.comparison import FLOOR_POINTS
-    from fedhet.reports.report import DEFAULT_FOLDER, summary, write_report
+    session = given.open(where)
+    from fedhet.reports.report import summary
 
-    minimum = units.fraction(FLOOR_POINTS if floor is None else floor)
-    section = None
-    if tuned:
-        spec, runs, section = _tuned_runs(given, spec, st, train)
-    else:
-        runs = given.stored_runs(spec, st, train)
-    if train and jobs is not None:  # in parallel first; a failed run is a row of the report
-        train_runs(runs, st, jobs, None, retry_diverged=False)
-    folder = DEFAULT_FOLDER if out_dir is None else out_dir
-    md, _ = write_report(spec, runs, st, folder, err, train, baseline, minimum, section)
+    md = session.report(out_dir, baseline, train, floor, tuned, jobs)
     out.print(summary(md), markup=False, highlight=False, soft_wrap=True)
-
-
-def _tuned_runs(
-    given: SpecArgs, spec: Spec, store: ArtifactStore, train: bool
-) -> tuple[Spec, list, str]:
-    """The spec renamed NAME_tuned, the runs of its tune's chosen configurations (stored, unless
-    `train`), and the report's section on the tune."""
-    from fedhet.reports.tuning import tuning_section
-    from fedhet.tuning.runner import require_tuned_stored, tuned_runs
-
-    command = shlex.join([str(given.path), *given.overrides])
-    section = given.tune_section(spec)
-    runs, outcome = tuned_runs(spec, section, store, command)
-    if not train:
-        require_tuned_stored(runs, store, command)
-    renamed = spec.model_copy(update={"name": f"{spec.name}_tuned"})
-    return renamed, runs, tuning_section(outcome, section)
 
 
 @commands.command(
@@ -281,8 +229,7 @@ def export(
     """Every run's per-round metrics as one long table: run labels, the config fields that vary
     between runs, seed, round and each metric. With --tensorboard (and no --format or --out),
     only the TensorBoard events."""
-    spec, st = given.load(where.data_root), ArtifactStore(where.store)
-    from fedhet.engine.tensorboard import check_folder
+    session = given.open(where)
     from fedhet.reports import export as exporting
 
     if out_file is not None:
@@ -291,11 +238,8 @@ def export(
         raise InputError(
             "--format parquet is binary, not for a terminal: give --out FILE or pipe the output"
         )
+    stored = session.histories(train, tensorboard)
     if tensorboard is not None:
-        check_folder(tensorboard, "--tensorboard")
-    stored = exporting.collect(given.stored_runs(spec, st, train), st, train)
-    if tensorboard is not None:
-        exporting.write_tensorboard(stored, tensorboard)
         say(f"wrote the TensorBoard events of {len(stored)} runs under {tensorboard}")
     if fmt is not None or out_file is not None or tensorboard is None:
         rows = exporting.long_rows(stored)

@@ -3,9 +3,8 @@ or the tune's trials) and saying how far the store has them."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -18,23 +17,20 @@ from fedhet.cli.columns import (
 )
 from fedhet.cli.options import (
     FormatOpt,
-    JobsOpt,
     RayAddressOpt,
     RayOpt,
     SpecArgs,
     StoreOpt,
+    Sweep,
     Where,
     err,
     example,
     out,
+    say,
     spec_arguments,
 )
 from fedhet.cli.output import Column, Format, present, show
-from fedhet.core.errors import FedhetError, InputError, RunError
-from fedhet.core.store import ArtifactStore
-
-if TYPE_CHECKING:
-    from fedhet.core.spec import Spec
+from fedhet.core.errors import RunError
 
 # two groups, so that the methods' commands (`fedhet virtual`) list after `partition`, the
 # other command of a stage (fedhet.cli.app)
@@ -62,11 +58,9 @@ def partition(
     where: Where = Where(),
 ) -> None:
     """Compute (or reuse) the partition of every run and print its summary."""
-    spec = given.load(where.data_root)
+    session = given.open(where)
     from fedhet.data.heterogeneity import heterogeneity
     from fedhet.data.partition import empty_clients_note, summary_rows
-    from fedhet.execution.partitions import partitions
-    from fedhet.execution.planning import runs_of
 
     flat, heatmaps = [], {}
     if plot is not None:
@@ -74,7 +68,7 @@ def partition(
 
         figure_format(plot, "--plot")  # before anything is computed
     for_programs = fmt in (Format.csv, Format.json)  # one flat table, nothing else
-    for node, label, part in partitions(runs_of(spec), ArtifactStore(where.store), err):
+    for node, label, part in session.partitions():
         rows = summary_rows(part)
         columns = [c for c in PARTITION_COLUMNS if any(r.get(c.key) is not None for r in rows)]
         if for_programs:
@@ -111,8 +105,7 @@ def partition(
 def train(
     given: SpecArgs,
     fmt: FormatOpt = Format.table,
-    where: Where = Where(),
-    jobs: JobsOpt = None,
+    sweep: Sweep = Sweep(),
     ray: RayOpt = False,
     ray_address: RayAddressOpt = None,
     retry_diverged: Annotated[
@@ -130,42 +123,15 @@ def train(
     not stop the others; the command then exits 1 naming it (a diverged run's final accuracy
     reads "diverged k/n": in round k of n). A divergence is recorded: the next `train` reports
     it without computing the run again, unless --retry-diverged."""
-    spec = given.load(where.data_root)
-    from fedhet.execution.planning import runs_of
-
-    st = ArtifactStore(where.store)
+    session = given.open(sweep.where)
     ray_at = ray_address or ("local" if ray else None)
-    rows, failures = train_runs(runs_of(spec), st, jobs, ray_at, retry_diverged)
+    rows, failures = session.train_rows(sweep.jobs, ray_at, retry_diverged)
     columns = [c for c in present(RESULT_COLUMNS, rows) if any(c.key in r for r in rows)]
-    show(out, rows, columns, fmt, title=spec.name)
+    show(out, rows, columns, fmt, title=session.spec.name)
     if len(failures) == 1:
         raise failures[0]
     if failures:
         raise RunError(f"{len(failures)} runs failed; the first: {failures[0]}")
-
-
-def train_runs(
-    runs: list, store: ArtifactStore, jobs: int | None, ray: str | None, retry_diverged: bool
-) -> tuple[list[dict], list[FedhetError]]:
-    """Compute the runs' missing stages (in `jobs` processes, or on Ray), showing progress."""
-    from fedhet.execution.train import Options
-    from fedhet.execution.train import train as train_all
-
-    require_workers(jobs)
-    return train_all(runs, store, Options(jobs, ray, retry_diverged), sweep_view(runs, store))
-
-
-def require_workers(jobs: int | None) -> None:
-    if jobs is not None and jobs < 1:
-        raise InputError(f"--jobs {jobs}: give at least 1 worker process")
-
-
-def sweep_view(runs: list, store: ArtifactStore):
-    """The live view of the runs' progress on stderr (redrawn in place on a terminal)."""
-    from fedhet.cli.sweep_view import SweepView
-
-    live = err.is_terminal and all(run.spec.runtime.progress for run in runs)
-    return SweepView(runs, store, err, live)
 
 
 @commands.command(
@@ -191,47 +157,14 @@ def plan(
     or missing, with the time still needed where a stored run of the same stage and shape
     gives an estimate. A stage shared by several runs is listed once, under the first. With
     --tune, the trials' runs as far as the stored results decide them."""
-    spec = given.load()
-    from fedhet.execution.planning import runs_of
-    from fedhet.reports.status import plan_rows
-
-    runs, unasked, st = runs_of(spec), 0, ArtifactStore(store)
-    rows, summary = plan_rows(runs, st)
-    if tune:
-        rows, summary, unasked = _tune_plan(given, spec, st)
-    if unasked:
-        summary += f"; {unasked} more trials, sampled once these are stored"
+    session = given.open(Where(store))
+    rows, summary = session.plan_rows(tune)
     columns = PLAN_COLUMNS
     if fmt in (Format.csv, Format.json):
         columns = [*columns[:-1], Column("seconds_left", "seconds_left", "seconds")]
-    show(out, rows, columns, fmt, title=spec.name)
+    show(out, rows, columns, fmt, title=session.spec.name)
     if fmt in (Format.table, Format.markdown):
         out.print(summary)
-
-
-def _tune_plan(given: SpecArgs, spec: Spec, store: ArtifactStore) -> tuple[list[dict], str, int]:
-    """The plan's rows of the tune's trials and of its outcome, whose damage (what `fedhet
-    artifacts verify` finds) is said in one line; the summary; the trials still to be asked."""
-    from fedhet.core.store import default_root
-    from fedhet.reports.status import DAMAGED, outcome_row, plan_rows, summary
-    from fedhet.tuning.runner import outcome_key, planned_trials
-
-    section = given.tune_section(spec)
-    runs, unasked = planned_trials(spec, section, store)
-    rows, _ = plan_rows(runs, store)
-    key = outcome_key(spec, section)
-    outcome = outcome_row(f"tune of {spec.name}", "tune", key, store)
-    if outcome["state"].startswith(DAMAGED):
-        given_store = [] if store.location == default_root() else ["--store", store.location]
-        tune = shlex.join(["fedhet", "tune", str(given.path), *given.overrides, *given_store])
-        err.print(
-            f"warning: tune/{key[:12]} is {outcome['state']} (`fedhet artifacts verify`); "
-            f"`fedhet artifacts rm {key[:12]}`, then `{tune}` recomputes it",
-            markup=False,
-            soft_wrap=True,
-        )
-    rows.append(outcome)
-    return rows, summary(rows), unasked
 
 
 @commands.command(
@@ -246,11 +179,10 @@ def _tune_plan(given: SpecArgs, spec: Spec, store: ArtifactStore) -> tuple[list[
 def tune(
     given: SpecArgs,
     fmt: FormatOpt = Format.table,
-    where: Where = Where(),
-    jobs: JobsOpt = None,
     trials: Annotated[
         bool, typer.Option("--trials", help="a row per trial instead of one per method")
     ] = False,
+    sweep: Sweep = Sweep(),
 ) -> None:
     """Select each method's hyperparameters on the validation split, as the spec's `tune:`
     section says (its space, the same budget for every method, the selection seeds).
@@ -260,20 +192,16 @@ def tune(
     outcome (every trial's validation scores, the chosen configurations) is stored; `fedhet
     report SPEC --tuned` compares the chosen configurations on the test split. A choice that is
     the lowest or highest value tried is flagged (`tune.extend_edges` extends the grid)."""
-    spec = given.load(where.data_root)
-    section = given.tune_section(spec)
-    from fedhet.execution.train import Options
+    session = given.open(sweep.where)
     from fedhet.reports.tuning import edge_notes, selection_rows, trial_rows
-    from fedhet.tuning.runner import tune as run_tune
 
-    require_workers(jobs)
-    st = ArtifactStore(where.store)
-    outcome = run_tune(spec, section, st, Options(jobs), lambda runs: sweep_view(runs, st), err)
+    outcome = session.tune_outcome(sweep.jobs)
+    name = session.spec.name
     if trials:
         rows = trial_rows(outcome)
-        show(out, rows, present(TRIAL_COLUMNS, rows), fmt, title=f"{spec.name}: trials")
+        show(out, rows, present(TRIAL_COLUMNS, rows), fmt, title=f"{name}: trials")
     else:
         rows = selection_rows(outcome)
-        show(out, rows, present(TUNE_COLUMNS, rows), fmt, title=f"{spec.name}: chosen")
+        show(out, rows, present(TUNE_COLUMNS, rows), fmt, title=f"{name}: chosen")
     for note in edge_notes(outcome):
-        err.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
+        say(f"warning: {note}")

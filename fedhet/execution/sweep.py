@@ -47,7 +47,7 @@ def executor_for(
     return RayTasks(compute_task, None if ray_address == "local" else ray_address, cpus, gpus)
 
 
-def check_writable(store: ArtifactStore) -> None:
+def check_writable(store: ArtifactStore, named: str = "--store") -> None:
     """InputError unless the store can be written (before any worker starts; an object
     store was checked when opened)."""
     if store.remote is not None:
@@ -62,7 +62,7 @@ def check_writable(store: ArtifactStore) -> None:
             store.root.rmdir()
     except OSError as error:
         raise InputError(
-            f"--store {store.root}: not writable ({error.strerror}); give a writable folder"
+            f"{named} {store.root}: not writable ({error.strerror}); give a writable folder"
         ) from None
 
 

@@ -52,21 +52,25 @@ CAPTIONS = (
 )
 
 
-def reference_algorithm(runs: list[Run], baseline: str | None, console: Console) -> str:
+def reference_algorithm(
+    runs: list[Run], baseline: str | None, console: Console, given: str = ""
+) -> str:
     """The algorithm label the others are compared with: `baseline` (a label, or one in the
-    style of labels before, with a note on `console`), else the matrix's first."""
+    style of labels before, with a note on `console`), else the matrix's first. `given`: the
+    baseline as the caller gave it (`--baseline 'x'`, `baseline='x'`)."""
     labels = list(dict.fromkeys(run.algorithm_label for run in runs))
     if baseline is None:
         return labels[0]
+    given = given or f"--baseline {baseline!r}"
     named = named_label(baseline, labels)
     if named is None:
         raise InputError(
-            f"--baseline {baseline!r} is no algorithm of this report; choose one of: "
+            f"{given} is no algorithm of this report; choose one of: "
             + ", ".join(repr(label) for label in labels)
         )
     if named != baseline:
         console.print(
-            f"note: --baseline {baseline!r} read as {named!r}, the label reports now use",
+            f"note: {given} read as {named!r}, the label reports now use",
             markup=False,
             soft_wrap=True,
         )

@@ -193,13 +193,14 @@ def write_outcome(store: ArtifactStore, outcome: TuneOutcome, spec: Spec, tune: 
                 pass
 
 
-def read_outcome(store: ArtifactStore, key: str, spec_path: str) -> TuneOutcome:
-    """The stored outcome; InputError naming the command that computes it when there is none."""
+def read_outcome(
+    store: ArtifactStore, key: str, spec_path: str, remedy: str | None = None
+) -> TuneOutcome:
+    """The stored outcome; InputError naming how to compute it (`remedy`, by default the
+    command) when there is none."""
     if not store.exists(STAGE, key):
-        raise InputError(
-            f"the tune of {spec_path} is not stored (tune {key[:12]}); run "
-            f"`fedhet tune {spec_path}` first"
-        )
+        remedy = remedy or f"run `fedhet tune {spec_path}` first"
+        raise InputError(f"the tune of {spec_path} is not stored (tune {key[:12]}); {remedy}")
     data = dict(store.open(STAGE, key).attrs)["tune"]
     selections = [_selection(s) for s in data["selections"]]
     return TuneOutcome(

@@ -100,12 +100,13 @@ def _read(runs: list[Run], store: ArtifactStore) -> Curves | None:
 
 
 def tuned_runs(
-    spec: Spec, tune: TuneSpec, store: ArtifactStore, spec_path: str
+    spec: Spec, tune: TuneSpec, store: ArtifactStore, spec_path: str, remedy: str
 ) -> tuple[list[Run], TuneOutcome]:
     """The chosen configuration of every method and setting over the spec's own seeds (its
-    evaluation runs), and the stored outcome they come from."""
+    evaluation runs), and the stored outcome they come from (InputError naming `spec_path` and
+    ending with `remedy`, how to store it, when there is none)."""
     groups = tune_groups(spec, tune)
-    outcome = read_outcome(store, tune_key(tune, groups), spec_path)
+    outcome = read_outcome(store, tune_key(tune, groups), spec_path, remedy)
     return [
         run
         for group, chosen in zip(groups, outcome.selections, strict=True)
@@ -113,12 +114,12 @@ def tuned_runs(
     ], outcome
 
 
-def require_tuned_stored(runs: list[Run], store: ArtifactStore, spec_path: str) -> None:
-    """InputError, in one line, when some runs of the chosen configurations have no result."""
+def require_tuned_stored(runs: list[Run], store: ArtifactStore, remedy: str) -> None:
+    """InputError, in one line ending with `remedy` (how to compute them), when some runs of
+    the chosen configurations have no result."""
     missing = [run for run in runs if not _done(run, store)]
     if missing:
         raise InputError(
             f"{len(missing)} of {len(runs)} runs of the chosen configurations are not stored "
-            f"(the first: {missing[0].label}); compute them with `fedhet report {spec_path} "
-            "--tuned --train`"
+            f"(the first: {missing[0].label}); {remedy}"
         )

@@ -1,6 +1,7 @@
 """`fedhet virtual`: VHL's command, added to the command line through its plug-in (`commands=`).
-Light to import: VHL's code is imported when the command runs. The CLI's spec loading and
-consoles come in through the typer context (`ctx.obj`: load, out, err)."""
+Light to import: VHL's code is imported when the command runs. Its arguments are those of every
+spec command (fedhet.plugin); the CLI's spec loading and consoles come in through the typer
+context (`ctx.obj`: load, out, err)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from typing import Annotated
 
 import typer
 
-from fedhet.plugin import ArtifactStore, InputError, expand
+from fedhet.plugin import (
+    ArtifactStore,
+    InputError,
+    OverridesArg,
+    SpecPath,
+    StoreOpt,
+    expand,
+)
 
 commands = typer.Typer()
 
@@ -19,28 +27,13 @@ commands = typer.Typer()
 )
 def virtual(
     ctx: typer.Context,
-    path: Annotated[Path, typer.Argument(help="YAML experiment spec", metavar="SPEC")],
-    overrides: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="overrides PATH=VALUE, VALUE in YAML: federation.rounds=100 'matrix.seed=[0,1]'",
-            metavar="[PATH=VALUE]...",
-            show_default=False,
-        ),
-    ] = None,
+    path: SpecPath,
+    overrides: OverridesArg = None,
     grid: Annotated[
         Path | None,
         typer.Option(help="write a labelled grid of samples, a row per class (.png/.svg/.pdf)"),
     ] = None,
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            help="artifact store: a folder or s3://BUCKET/PREFIX (default: FEDHET_STORE or "
-            "./artifacts)",
-            metavar="DIR|URL",
-        ),
-    ] = None,
+    store: StoreOpt = None,
 ) -> None:
     """Compute (or reuse) the VHL virtual dataset of every run and print its summary."""
     spec, out, err = ctx.obj.load(path, overrides=overrides), ctx.obj.out, ctx.obj.err
