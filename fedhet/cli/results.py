@@ -98,7 +98,7 @@ def evaluate(
     lists = [*EVAL_COLUMNS[-2:], *([CLIENT_TEST_LIST] if spread else [])]
     diverged = [] if readable else [Column("diverged", "diverged", "number")]
     measured = present(EVAL_COLUMNS[:-2], rows)
-    if not any(run.spec.algorithm.personalized for run in runs):  # it is the accuracy
+    if not any(run.spec.algorithm.personalized for run in session.planned):  # the accuracy
         measured = [column for column in measured if column.key != "global_accuracy"]
     columns = [*measured, *diverged, *spread, *(CGV_COLUMNS if cgv else []), *lists]
     if fmt is not Format.table:
