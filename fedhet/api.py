@@ -39,7 +39,8 @@ from rich.console import Console
 from fedhet.core import units
 from fedhet.core.errors import DivergedError
 from fedhet.core.sealed import damage_named
-from fedhet.session import ModelChoice, Session, Voice, checked, open_session
+from fedhet.execution.caller import Voice
+from fedhet.session import ModelChoice, Session, checked, open_session
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from rich.console import Console
 
@@ -24,6 +24,7 @@ from fedhet.core.sealed import damage_named
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 from fedhet.core.tune_spec import TuneSpec
+from fedhet.execution.caller import QuietView, Voice
 from fedhet.execution.loading import checked_spec
 
 if TYPE_CHECKING:
@@ -38,54 +39,6 @@ if TYPE_CHECKING:
 Rows = list[dict[str, Any]]
 S = TypeVar("S", bound="Session")
 ModelChoice = Literal["final", "best"]
-
-
-class Voice(Protocol):
-    """How a message names what the caller can change or do next: the command line's options
-    and commands, or the Python API's arguments and calls."""
-
-    def option(self, name: str) -> str:
-        """An argument by its name: `--tensorboard` or `tensorboard`."""
-        ...
-
-    def setting(self, name: str, value: object) -> str:
-        """An argument as given: `--jobs 0` or `jobs=0`."""
-        ...
-
-    def train_first(self, reader: str) -> str:
-        """How to store the runs `reader` (a command or method) needs."""
-        ...
-
-    def tune_first(self) -> str:
-        """How to store the spec's tune."""
-        ...
-
-    def train_tuned(self) -> str:
-        """How to store the runs of the configurations a tune chose."""
-        ...
-
-    def retune(self, key: str) -> str:
-        """How to compute again the damaged tune outcome `key`."""
-        ...
-
-
-@dataclass(frozen=True)
-class QuietView:
-    """A sweep's view that shows nothing (a notebook reads the returned table instead)."""
-
-    runs: list[Any]
-
-    def on_change(self, state: Any) -> None:
-        return None
-
-    def on_progress(self, *event: Any) -> None:
-        return None
-
-    def __enter__(self) -> QuietView:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 @dataclass

@@ -114,8 +114,8 @@ class SpecArgs:
 
 @dataclass(frozen=True)
 class CommandLine:
-    """Messages in the command line's words (fedhet.session.Voice): options, commands to run
-    next with the spec's overrides (and a --store other than the default)."""
+    """Messages in the command line's words (fedhet.execution.caller.Voice): options, commands to
+    run next with the spec's overrides (and a --store other than the default)."""
 
     path: Path
     overrides: list[str]

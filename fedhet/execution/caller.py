@@ -1,0 +1,56 @@
+"""Who a session (fedhet.session) speaks to: the `Voice` its messages are worded in (the command
+line's options and commands, or the Python API's arguments and calls) and a view of a sweep
+that shows nothing, for callers that read the returned rows instead."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Voice(Protocol):
+    """How a message names what the caller can change or do next: the command line's options
+    and commands, or the Python API's arguments and calls."""
+
+    def option(self, name: str) -> str:
+        """An argument by its name: `--tensorboard` or `tensorboard`."""
+        ...
+
+    def setting(self, name: str, value: object) -> str:
+        """An argument as given: `--jobs 0` or `jobs=0`."""
+        ...
+
+    def train_first(self, reader: str) -> str:
+        """How to store the runs `reader` (a command or method) needs."""
+        ...
+
+    def tune_first(self) -> str:
+        """How to store the spec's tune."""
+        ...
+
+    def train_tuned(self) -> str:
+        """How to store the runs of the configurations a tune chose."""
+        ...
+
+    def retune(self, key: str) -> str:
+        """How to compute again the damaged tune outcome `key`."""
+        ...
+
+
+@dataclass(frozen=True)
+class QuietView:
+    """A sweep's view that shows nothing (a notebook reads the returned table instead)."""
+
+    runs: list[Any]
+
+    def on_change(self, state: Any) -> None:
+        return None
+
+    def on_progress(self, *event: Any) -> None:
+        return None
+
+    def __enter__(self) -> QuietView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
