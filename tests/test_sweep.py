@@ -10,13 +10,14 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
-from conftest import REPO, TINY_SPEC, cli_env, write_spec
+from conftest import REPO, TINY_SPEC, cli_env, run_fedhet, write_spec
 
 from fedhet.cli.app import ray_address_form
 from fedhet.cli.sweep_view import Rounds, SweepView
@@ -269,3 +270,17 @@ def test_a_silent_remote_owners_lock_goes_stale(tmp_path, monkeypatch):
 )
 def test_an_address_after_ray_is_the_ray_address(args, expected):
     assert ray_address_form(args) == expected
+
+
+def test_ray_flag_alone_starts_its_own_ray_past_a_stale_cluster_record(sequential, tmp_path):
+    """`--ray` alone starts a Ray here, as the docs say: it never attaches to the cluster that
+    Ray's record of the last local cluster names (left behind by a killed process, it made
+    `train --ray` wait forever for a head that is gone)."""
+    pytest.importorskip("ray")
+    spec, _, rows = sequential
+    ray_tmp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths
+    (ray_tmp / "ray_current_cluster").write_text("192.0.2.2:46029\n")  # a head that is gone
+    env = cli_env(tmp_path / "s", RAY_TMPDIR=str(ray_tmp))
+    result = run_fedhet("train", spec, "--ray", "--format", "json", env=env, timeout=150)
+    assert result.rc == 0, result.stderr
+    assert without_times(json.loads(result.stdout)) == rows

@@ -48,15 +48,17 @@ def _outcome_or_error(work: Work, task: Task) -> tuple[str | None, BaseException
 
 
 class RayTasks:
-    def __init__(self, work: Work, address: str | None, cpus: float, gpus: float):
+    def __init__(self, work: Work, address: str, cpus: float, gpus: float):
+        """`address`: a cluster's, "auto" (RAY_ADDRESS or the cluster `ray start` began here), or
+        "local": a new Ray started here, never a cluster some earlier process left behind."""
         ray = self.ray = _import_ray()
-        if address is not None and address != "auto":
+        if address not in ("auto", "local"):
             check_reachable(address)
         self._connected_here = not ray.is_initialized()
         if self._connected_here:
             ray.init(
                 address=address,
-                include_dashboard=address is None,
+                include_dashboard=address == "local",
                 log_to_driver=False,
                 logging_level=logging.WARNING,  # no "connecting..." lines: stderr is the user's
             )

@@ -44,7 +44,7 @@ def executor_for(
     if len(asks) > 1:
         raise InputError("runtime.resources: give every run of a sweep the same resources")
     cpus, gpus = asks.pop()
-    return RayTasks(compute_task, None if ray_address == "local" else ray_address, cpus, gpus)
+    return RayTasks(compute_task, ray_address, cpus, gpus)
 
 
 def check_writable(store: ArtifactStore, named: str = "--store") -> None:
