@@ -102,8 +102,8 @@ def test_only_keeps_runs_of_the_full_matrix_with_their_keys(fedhet: CliRunner):
 
 def test_the_python_api_follows_the_same_rule():
     experiment = api.load(REPO / QUICKSTART, "algorithm.name=scaffold")
-    assert {run.algorithm_label for run in experiment._runs} == {"SCAFFOLD"}
-    assert len(experiment._runs) == 2
+    assert {run.algorithm_label for run in experiment.planned} == {"SCAFFOLD"}
+    assert len(experiment.planned) == 2
 
 
 def help_examples() -> list[list[str]]:
