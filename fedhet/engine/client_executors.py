@@ -120,6 +120,8 @@ class _WithFallback:
             self.ran.add(SEQUENTIAL)
             return [fn(job) for job in jobs]
         self.ran.add(self.name)
+        for job in jobs:  # as the sequential path, for `Trainer.client_finish`
+            job.context = self.trainer.client_context(job)
         head = jobs[0]  # what the round's jobs share
         step = self.trainer.client_step(head.round, head.global_state, head.server_state)
         return self._round(jobs, step)
@@ -154,7 +156,7 @@ class FusedExecutor(_WithFallback):
         try:
             state, stats = fused_sgd(
                 self.chain,
-                job.global_state,
+                trainer.client_start(job),
                 job.client.x,
                 job.client.y,
                 trainer.client_batches(job),
@@ -189,6 +191,7 @@ class VectorizedExecutor(_WithFallback):
                 job.client.y,
                 list(trainer.client_batches(job)),
                 step.extras(job.client_state),
+                trainer.client_start(job),
             )
             for job in jobs
         ]

@@ -193,7 +193,7 @@ class Engine:
             steps = {c: local_steps(fed, seed, rnd, c, self.setup.clients[c].n) for c in clients}
         jobs = []
         for cid in clients:
-            model = self.model  # one model object is reused: each job loads the global state first
+            model = self.model  # one model object is reused: each job loads its start first
             # a copy: the round's changes are committed only when the whole round succeeds
             own = state.client_states.get(cid)
             if own is None:
@@ -257,8 +257,9 @@ class Engine:
             values.append(value)
 
     def train_client(self, job: ClientJob) -> ClientResult:
-        """One client's local training from the global state: what the executor runs per job."""
-        job.model.load_state_dict(job.global_state)
+        """One client's local training from its start (`Trainer.client_start`): what the
+        executor runs per job."""
+        job.model.load_state_dict(self.algorithm.client_start(job))
         try:
             return self.algorithm.client_update(job)
         except Divergence as err:

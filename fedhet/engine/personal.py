@@ -4,11 +4,12 @@ each client's own trained beside the global one, and fine-tuning at evaluation.
 - `PartlyShared`: a trainer whose `unshared_names` never cross the network; the server averages
   the rest and its own copies of those entries never change (FedBABU's head, FedBN's norms).
 - `PartlyLocal`: a trainer whose `local_layers` (state-dict prefixes, `parameter_layers`) stay on
-  each client: a client trains from the round's global model with its own copy of those layers
-  loaded, keeps them in its client state, and sends only the rest, which the server averages as
-  FedAvg does. The server's copies of the local layers never change (they are the initial
-  model's: what a client that has never trained holds). Each client is evaluated with its own
-  model: the global shared layers and its own local ones (FedPer, LG-FedAvg, FedRep, FedRoD).
+  each client, its own entries (`Trainer.own_names`): the engine starts a client from the
+  round's global model with its own copy of those layers loaded and keeps them in its client
+  state; it sends only the rest, which the server averages as FedAvg does. The server's copies
+  of the local layers never change (they are the initial model's: what a client that has never
+  trained holds). Each client is evaluated with its own model: the global shared layers and
+  its own local ones (FedPer, LG-FedAvg, FedRep, FedRoD).
 - `PersonalModels`: a trainer whose clients each keep a model of their own in their client state
   (under a prefix: `stored`, `to_store`), which is what is evaluated (APFL, Ditto, pFedMe).
   `TrainedBeside`: that model takes one step (an `OwnModel`'s) at each of the client's local
@@ -35,7 +36,7 @@ from fedhet.data.clients import ClientData
 from fedhet.engine import tensors
 from fedhet.engine.local import Divergence, SGDSettings, batch_schedule, local_sgd, sgd
 from fedhet.engine.tensors import Tensors
-from fedhet.engine.trainer import ClientJob, ClientResult, Trainer
+from fedhet.engine.trainer import ClientJob, Trainer
 
 
 def entries_of(names: Iterable[str], layers: Iterable[str]) -> frozenset[str]:
@@ -62,9 +63,8 @@ class PartlyShared(Trainer):
 
 
 class PartlyLocal(PartlyShared):
-    """FedAvg of every state entry but those of `local_layers()`, which stay on each client."""
-
-    vectorizable = False  # each client starts from its own local layers
+    """FedAvg of every state entry but those of `local_layers()`, which stay on each client: its
+    own entries (`Trainer.own_names`), which it trains from and keeps."""
 
     def local_layers(self) -> list[str]:
         """The state-dict prefixes of the layers that stay on the clients."""
@@ -78,25 +78,9 @@ class PartlyLocal(PartlyShared):
     def unshared_names(self) -> frozenset[str]:
         return self.local_names
 
-    def own_model(self, global_state: Tensors, client_state: Tensors) -> Tensors:
-        """The client's model: the global shared entries and its own local ones (the server's
-        copies, the initial model's, before its first round)."""
-        return {
-            k: client_state.get(k, v) if k in self.local_names else v
-            for k, v in global_state.items()
-        }
-
-    def client_update(self, job: ClientJob) -> ClientResult:
-        """`train_locally` from the client's own model, whose local entries it keeps: the engine
-        starts every job from the global state (why this trainer overrides `client_update`)."""
-        job.model.load_state_dict(self.own_model(job.global_state, job.client_state))
-        result = self.train_locally(job)
-        job.client_state.update({k: result.state[k].clone() for k in self.local_names})
-        return result
-
-    def train_locally(self, job: ClientJob) -> ClientResult:
-        """The client's local training from its own model (FedAvg's local SGD by default)."""
-        return super().client_update(job)
+    @property
+    def own_names(self) -> frozenset[str]:
+        return self.local_names
 
     def global_model(self, global_state: Tensors) -> Tensors | None:
         """None with local layers (only the clients hold them); else the global model."""
@@ -123,8 +107,6 @@ def to_store(state: Tensors, prefix: str) -> Tensors:
 
 class PersonalModels(Trainer):
     """A trainer whose clients each keep a model of their own, which is what is evaluated."""
-
-    vectorizable = False  # each client trains a model of its own
 
     def personalized(self, global_state: Tensors, client_state: Tensors) -> Tensors:
         """The model a client with this client state is evaluated with."""
@@ -175,6 +157,8 @@ class TrainedBeside(PersonalModels):
     of each of the client's local steps, before its copy of the global model takes FedAvg's,
     which nothing of the own model reaches; the client keeps it in its client state."""
 
+    vectorizable = False  # its loss steps a second model, the client's own, on each batch
+
     @cached_property
     def initial_model(self) -> Tensors:
         """Every own model before its client's first round: the initial model."""
@@ -194,10 +178,9 @@ class TrainedBeside(PersonalModels):
         job.context.step(model, x, y)
         return super().local_loss(job, model, x, y)
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        result = super().client_update(job)
-        job.client_state.update(job.context.state())
-        return result
+    def client_finish(self, job: ClientJob, state: Tensors) -> tuple[Tensors, Tensors]:
+        upload, kept = super().client_finish(job, state)
+        return upload, {**kept, **job.context.state()}
 
 
 def fine_tune(

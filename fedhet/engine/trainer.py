@@ -51,7 +51,7 @@ class ClientJob:
 
     round: int
     client: ClientData
-    model: nn.Module  # loaded with the global state
+    model: nn.Module  # loaded with the client's start (`Trainer.client_start`)
     global_state: Tensors
     server_state: Tensors
     client_state: Tensors  # persists across rounds for this client (e.g. control variates)
@@ -191,6 +191,37 @@ class Trainer:
         share; each client's own tensors come from its state (`ClientStep.extras`)."""
         return ClientStep()
 
+    @property
+    def own_names(self) -> frozenset[str]:
+        """The model-state entries each client holds for itself (Local: all of them; FedPer its
+        personal layers; FedBN its BatchNorm entries): a client trains from its own copies of
+        them (`client_start`) and keeps what it trained them to (`client_finish`). None by
+        default: every client trains from the global model and keeps nothing of it."""
+        return frozenset()
+
+    def own_model(self, global_state: Tensors, client_state: Tensors) -> Tensors:
+        """A client's model: `global_state` with the client's own copies of `own_names` (the
+        server's copies, the initial model's, before its first round)."""
+        own = self.own_names
+        if not own:
+            return global_state
+        return {n: client_state.get(n, v) if n in own else v for n, v in global_state.items()}
+
+    def client_start(self, job: ClientJob) -> Tensors:
+        """The model state a client's local training starts from, which every executor loads
+        (the vectorized one stacks the cohort's): the round's global state with the client's
+        own entries (`own_model`)."""
+        return self.own_model(job.global_state, job.client_state)
+
+    def client_finish(self, job: ClientJob, state: Tensors) -> tuple[Tensors, Tensors]:
+        """(upload, kept) once the client trained to model `state`, beside its client step's
+        (`ClientStep.finish`): the tensors it sends the server, and the entries its client
+        state takes on; by default nothing sent, and its `own_names` entries of `state` kept.
+        A method whose client context holds what the client sends or keeps (FedImpro's running
+        statistics, Ditto's personal model) adds it here, reading `job.context`."""
+        own = self.own_names
+        return {}, {n: v.clone() for n, v in state.items() if n in own}
+
     def client_sgd(self, round: int, client: ClientData, lr: float) -> SGDSettings:
         """The local optimizer of `client` in round `round`, whose step size is `lr` (the
         federation's momentum, or the algorithm's `local_momentum`, and weight decay): what its
@@ -252,8 +283,10 @@ class Trainer:
     def finished(
         self, job: ClientJob, step: ClientStep, state: Tensors, stats: LocalStats
     ) -> ClientResult:
-        """The result of a client trained to `state` (either executor): what its step uploads,
-        and its persistent state updated with what the step keeps."""
+        """The result of a client trained to `state` (any executor): what its step and
+        `client_finish` upload, and its persistent state updated with what they keep."""
         upload, kept = step.finish(job.client_state, state, stats, job.sgd)
+        own_upload, own_kept = self.client_finish(job, state)
         job.client_state.update(kept)
-        return ClientResult(job.client.id, state, job.client.n, stats, upload)
+        job.client_state.update(own_kept)
+        return ClientResult(job.client.id, state, job.client.n, stats, {**upload, **own_upload})

@@ -14,6 +14,10 @@ weight decay, momentum, step, the client step's correction after it).
   training at step s are a prefix of the chunk and only that prefix is computed.
 - Ragged batches (batch_size not dividing n): batches are padded to batch_size and the loss is
   sum(loss * mask) / count over the client's own samples, the mean `F.cross_entropy` takes.
+- Different starts: a client may start from a model state of its own (`CohortClient.start`: a
+  personalized method's own layers); the cohort's parameters are stacked from each client's.
+  The buffers a forward pass reads are the cohort's `start`'s: no model that trains here
+  changes its buffers, so they are every client's.
 - Memory: clients train in chunks whose size comes from a memory budget (`chunk_size`).
 - A method's part is its `ClientStep` (fedhet.engine.client_step), the one the sequential path
   runs for a cohort of one: here its hooks see the chunk's stacked tensors.
@@ -42,14 +46,16 @@ DEFAULT_BUDGET = 1 << 30  # bytes of working memory for one chunk of clients
 
 @dataclass
 class CohortClient:
-    """One client's inputs: its data, the index batches of its local steps, and its extras for
+    """One client's inputs: its data, the index batches of its local steps, its extras for
     the client step (`ClientStep.extras`, e.g. SCAFFOLD's c - c_i), keyed by parameter (and
-    names no parameter has, which only `ClientStep.client_loss` reads)."""
+    names no parameter has, which only `ClientStep.client_loss` reads), and the model state it
+    starts from when that is its own (`Trainer.client_start`; None: the cohort's)."""
 
     x: Tensor
     y: Tensor
     batches: list[Tensor]
     extras: Tensors = field(default_factory=dict)
+    start: Tensors | None = None
 
     @property
     def steps(self) -> int:
@@ -112,7 +118,8 @@ def train_cohort(
     step: ClientStep | None = None,
     budget: int = DEFAULT_BUDGET,
 ) -> list[CohortResult]:
-    """Local SGD of every client from the model state `start`, results in the clients' order.
+    """Local SGD of every client from the model state `start` (or its own, `CohortClient.start`),
+    results in the clients' order.
 
     `model` only gives the architecture (its own tensors are not used or changed). Raises
     `CohortDivergence` for the first client, in the clients' order, whose loss was not finite.
@@ -157,13 +164,13 @@ class _Chunk:
         step: ClientStep,
         gradients: Gradients,
     ):
-        self.start, self.clients = start, clients
+        self.clients = clients
+        self.starts = [client.start or start for client in clients]
         self.settings, self.step, self.gradients = settings, step, gradients
         names = [n for n, _ in model.named_parameters()]
-        self.buffers = {n: start[n] for n, _ in model.named_buffers()}
-        count = len(clients)
+        self.buffer_names = [n for n, _ in model.named_buffers()]
         self.params = {
-            n: gradients.layout(n, start[n].expand(count, *start[n].shape)) for n in names
+            n: gradients.layout(n, torch.stack([own[n] for own in self.starts])) for n in names
         }
         self.extras = {  # parameters' extras first, in the parameters' order
             n: gradients.layout(n, torch.stack([c.extras[n] for c in clients]))
@@ -245,7 +252,7 @@ class _Chunk:
         # parameters are views of them, no other client's
         params = {n: p.contiguous() for n, p in self.params.items()}
         results: list[CohortResult | Divergence] = []
-        for i, client in enumerate(self.clients):
+        for i, (client, start) in enumerate(zip(self.clients, self.starts, strict=True)):
             own = losses[: client.steps, i]
             bad = (~torch.isfinite(own)).nonzero()
             if len(bad):
@@ -253,9 +260,9 @@ class _Chunk:
                 results.append(Divergence(step, float(own[step])))
                 continue
             state = {n: p[i] for n, p in params.items()} | {
-                n: b.clone() for n, b in self.buffers.items()
+                n: start[n].clone() for n in self.buffer_names
             }
-            state = {n: state[n] for n in self.start}
+            state = {n: state[n] for n in start}
             stats = LocalStats(client.steps, float(own.sum()) / client.steps)
             stats.first_loss = float(own[0])
             results.append(CohortResult(state, stats))

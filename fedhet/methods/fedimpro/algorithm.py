@@ -23,6 +23,7 @@ the statistics (min(1, n_c / 5000) per step) is `rate_samples: 5000`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -36,20 +37,25 @@ from fedhet.methods.fedimpro.statistics import (
     init_statistics,
     update_statistics,
 )
-from fedhet.plugin import ClientJob, ClientResult, Tensors, Trainer, TrainSetup, torch_generator
+from fedhet.plugin import ClientJob, Tensors, Trainer, TrainSetup, torch_generator
 
 MEAN, VAR = "feature_mean", "feature_var"
 INIT_STD = 0.1  # std of the statistics before any client reported (the authors' code)
 
 
-# --- the split ----------------------------------------------------------------------------
+@dataclass
+class ClientRound:
+    """A client's round: its model's two parts (sharing its parameters) and its running
+    statistics, starting from the global ones it received, updated in place by every batch."""
 
-
-# --- the algorithm ------------------------------------------------------------------------
+    low: nn.Module
+    high: nn.Module
+    mean: torch.Tensor
+    var: torch.Tensor
 
 
 class FedImpro(Trainer):
-    vectorizable = False  # its clients' running feature statistics change at every step
+    vectorizable = False  # its loss samples features and updates the client's statistics
 
     def __init__(self, config: FedImproConfig, setup: TrainSetup):
         super().__init__(config, setup)
@@ -58,13 +64,6 @@ class FedImpro(Trainer):
         low, _ = model.split(self.split)
         with torch.no_grad():
             self.feature_shape = tuple(low.eval()(torch.zeros(1, *setup.dataset.shape)).shape[1:])
-        self._parts: tuple[nn.Module, nn.Module, nn.Module] | None = None
-
-    def split_model(self, model: nn.Module) -> tuple[nn.Module, nn.Module]:
-        """(low, high) of `model`, sharing its parameters; cached for the engine's one model."""
-        if self._parts is None or self._parts[0] is not model:
-            self._parts = (model, *model.split(self.split))
-        return self._parts[1], self._parts[2]
 
     def sampled_weight(self, round: int) -> float:
         """w_t of round t (0-based), as the authors' `gradual2half`: w t / R, not capped (held at
@@ -93,38 +92,37 @@ class FedImpro(Trainer):
 
     # --- client side --------------------------------------------------------------------
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        """Local training with the client's running statistics in `job.client_state`
-        (they start from the global ones each round and leave, noised, with the upload): set
-        before the engine's loop and taken after it, which a client step's `finish` (no
-        generator, no server state) cannot do."""
-        job.client_state[MEAN] = job.server_state[MEAN].clone()
-        job.client_state[VAR] = job.server_state[VAR].clone()
-        try:
-            result = super().client_update(job)
-        finally:
-            mean, var = job.client_state.pop(MEAN), job.client_state.pop(VAR)
-        mean, var = add_noise(mean, var, self.config.noise_std, job.generator)
-        result.upload = {MEAN: mean, VAR: var}
-        return result
+    def client_context(self, job: ClientJob) -> ClientRound:
+        low, high = job.model.split(self.split)
+        stats = job.server_state
+        return ClientRound(low, high, stats[MEAN].clone(), stats[VAR].clone())
+
+    def client_finish(self, job: ClientJob, state: Tensors) -> tuple[Tensors, Tensors]:
+        """The client's running statistics leave, noised, with its model; it keeps nothing."""
+        own = job.context
+        mean, var = add_noise(own.mean, own.var, self.config.noise_std, job.generator)
+        return {MEAN: mean, VAR: var}, {}
 
     def local_loss(
         self, job: ClientJob, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
-        low, high = self.split_model(model)
-        features = low(x)
+        own = job.context
+        features = own.low(x)
         config = self.config
         if config.weight == 0:
-            loss = F.cross_entropy(high(features), y)
+            loss = F.cross_entropy(own.high(features), y)
         else:
             # sampled before this batch updates the client's statistics (the authors' order)
-            source = job.client_state if config.sample_from == "client" else job.server_state
+            if config.sample_from == "client":
+                mean, var = own.mean, own.var
+            else:
+                mean, var = job.server_state[MEAN], job.server_state[VAR]
             loss = sampled_feature_loss(
-                high,
+                own.high,
                 features,
                 y,
-                source[MEAN],
-                source[VAR],
+                mean,
+                var,
                 config.samples or len(y),
                 self.sampled_weight(job.round),
                 job.generator,
@@ -132,8 +130,8 @@ class FedImpro(Trainer):
                 config.objective,
             )
         update_statistics(
-            job.client_state[MEAN],
-            job.client_state[VAR],
+            own.mean,
+            own.var,
             features,
             y,
             config.momentum,

@@ -43,19 +43,23 @@ def training_only(model: nn.Module, names: frozenset[str]) -> Iterator[None]:
 
 
 class FedRep(PartlyLocal):
+    vectorizable = False  # two phases of local SGD, each training a part of the model
+
     def local_layers(self) -> list[str]:
         return parameter_layers(self.setup.spec.model)[-self.config.personal_layers :]
 
     def head_steps(self, job: ClientJob) -> int:
         return math.ceil(self.config.head_epochs * job.client.n / self.fed.batch_size)
 
-    def train_locally(self, job: ClientJob) -> ClientResult:
+    def client_update(self, job: ClientJob) -> ClientResult:
+        """The engine's local SGD twice, the head's steps then the body's, each training its
+        part alone: two phases, which one run of the engine's loop cannot state."""
         head = self.local_names
         body = frozenset(n for n, _ in job.model.named_parameters()) - head
         with training_only(job.model, head):
-            first = super().train_locally(dataclasses.replace(job, steps=self.head_steps(job)))
+            first = super().client_update(dataclasses.replace(job, steps=self.head_steps(job)))
         with training_only(job.model, body):
-            result = super().train_locally(job)
+            result = super().client_update(job)
         result.stats = _both(first.stats, result.stats)
         return result
 

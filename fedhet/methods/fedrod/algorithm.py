@@ -69,6 +69,8 @@ def log_prior(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 
 class FedRoD(PartlyLocal):
+    vectorizable = False  # its loss is two heads' (balanced softmax and the personal CE)
+
     def build_model(self) -> nn.Module:
         return GenericAndPersonal(super().build_model())
 

@@ -34,7 +34,6 @@ from fedhet.methods.fedtan.sync_bn import Mode, SyncResult, bn_layers, synchroni
 from fedhet.plugin import (
     ClientData,
     ClientJob,
-    ClientResult,
     PartlyShared,
     SGDSettings,
     Tensors,
@@ -132,7 +131,7 @@ def _element_size(model: nn.Module) -> int:
 class FedTANII(FedTAN):
     """FedTAN for `sync_rounds` rounds, then frozen BN statistics and plain FedAvg."""
 
-    vectorizable = False
+    vectorizable = False  # its loss puts the BN layers in eval mode once frozen (`local_loss`)
 
     def frozen(self, round: int) -> bool:
         return round >= self.config.sync_rounds
@@ -170,9 +169,9 @@ class FedTANII(FedTAN):
 
 
 class _LocalBatchNorm(PartlyShared):
-    """BN state entries in `local_names` stay on each client (kept in its client_state)."""
+    """BN state entries in `local_names` stay on each client: its own entries (`own_names`),
+    which it trains from and keeps in its client_state."""
 
-    vectorizable = False
     local_parameters: ClassVar[bool]
 
     @cached_property
@@ -183,14 +182,9 @@ class _LocalBatchNorm(PartlyShared):
     def unshared_names(self) -> frozenset[str]:
         return self.local_names
 
-    def client_update(self, job: ClientJob) -> ClientResult:
-        """The engine's loop from the client's own BN entries, which it keeps: the engine starts
-        every job from the global state (why this trainer overrides `client_update`)."""
-        if job.client_state:  # empty before the client's first round: it starts from the global
-            job.model.load_state_dict(job.client_state, strict=False)
-        result = super().client_update(job)
-        job.client_state.update({k: result.state[k] for k in self.local_names})
-        return result
+    @property
+    def own_names(self) -> frozenset[str]:
+        return self.local_names
 
     def global_model(self, global_state: Tensors) -> Tensors | None:
         """None with local BN entries (only the clients hold them); else the global model."""

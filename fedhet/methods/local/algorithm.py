@@ -20,33 +20,27 @@ as the limit of federated training with nothing shared:
   client never sampled keeps the initial model. (FedBR's Local row, 10.00% on CIFAR-10, is at
   chance, i.e. local models scored on the balanced global test set.)
 
-Clients train one at a time (`vectorizable = False`): each starts from its own model, while the
-vectorized executor starts a cohort from one shared state.
+Every entry of the model is the client's own (`own_names`): the engine starts each client from
+its model and keeps what it trained, on every executor (the vectorized one stacks the cohort's
+own models).
 """
 
 from __future__ import annotations
 
-from fedhet.plugin import ClientJob, ClientResult, Tensors, Trainer
+from functools import cached_property
+
+from fedhet.plugin import Tensors, Trainer
 
 
 class Local(Trainer):
-    vectorizable = False  # each client starts from its own model
-
     def shared(self, state: Tensors) -> Tensors:
         return {}  # nothing crosses the network
 
-    def own_model(self, global_state: Tensors, client_state: Tensors) -> Tensors:
-        """The client's model: its kept entries (its model after its last round, beside any
-        momentum buffers), the initial model before its first round."""
-        return {n: client_state.get(n, v) for n, v in global_state.items()}
-
-    def client_update(self, job: ClientJob) -> ClientResult:
-        """The engine's loop from the client's own model, which it keeps: the engine starts
-        every job from the global state (why this trainer overrides `client_update`)."""
-        job.model.load_state_dict(self.own_model(job.global_state, job.client_state))
-        result = super().client_update(job)
-        job.client_state.update({n: v.clone() for n, v in result.state.items()})
-        return result
+    @cached_property
+    def own_names(self) -> frozenset[str]:
+        """The whole model: a client's is its model after its last round (beside any momentum
+        buffers in its state), the initial model before its first round."""
+        return frozenset(self.build_model().state_dict())
 
     def aggregate(self, round, global_state, server_state, results, weights) -> Tensors:
         return global_state  # nothing is received: the server's (initial) model never changes

@@ -83,6 +83,8 @@ def solve_inner(
 class PFedMe(PersonalModels):
     """Each client's steps solve an inner problem of its own, whose solution theta it keeps."""
 
+    vectorizable = False  # a local step is an inner optimization (see client_update)
+
     def client_update(self, job: ClientJob) -> ClientResult:
         """The client's local rounds: theta (job.model, which starts at the global model) solves
         each step's inner problem, and the client's w moves towards it: an inner optimization

@@ -1,0 +1,133 @@
+"""The engine's client start and finish (`Trainer.own_names`, `client_start`, `client_finish`)
+change no result: every method moved onto them trains, for 2 rounds on digits with the
+sequential executor, to the bits it trained to when it overrode `client_update` (main fce7e75):
+the same global state, client states and round metrics. tests/golden/client_start.json holds
+those runs' SHA-256 digests, written on main by `PYTHONPATH=<main> python
+tests/test_client_start.py` (torch 2.14.1, one thread). The methods that now train vectorized
+(Local and the local-layer methods) agree with the sequential executor to float tolerance."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedhet.core.spec import parse_spec
+from fedhet.engine.client_executors import VectorizedExecutor, why_sequential
+from fedhet.engine.loop import Engine
+
+torch.set_num_threads(1)
+GOLDEN = Path(__file__).parent / "golden" / "client_start.json"
+MLP = {"arch": "mlp", "hidden": [16]}
+CASES = {
+    "local": ({"name": "local"}, MLP, {}),
+    "local-kept-buffers": (
+        {"name": "local"},
+        MLP,
+        {"momentum": 0.9, "momentum_buffers": "client"},
+    ),
+    "fedper": ({"name": "fedper"}, MLP, {"momentum": 0.5, "weight_decay": 1e-3}),
+    "lgfedavg": ({"name": "lgfedavg"}, MLP, {}),
+    "fedrep": ({"name": "fedrep", "head_epochs": 0.5}, MLP, {}),
+    "fedrod": ({"name": "fedrod"}, MLP, {}),
+    "fedbn": ({"name": "fedbn"}, {**MLP, "norm": "batch"}, {}),
+    "silobn": ({"name": "silobn"}, {**MLP, "norm": "batch"}, {}),
+    "ditto": ({"name": "ditto", "lam": 0.1}, MLP, {}),
+    "apfl": ({"name": "apfl"}, MLP, {}),
+    "pfedme": ({"name": "pfedme"}, MLP, {}),
+    "fedimpro": (
+        {"name": "fedimpro", "weight": 0.5, "ramp": 0, "sample_from": "client", "noise_std": 0.1},
+        {"arch": "simple_cnn"},
+        {},
+    ),
+}
+LAYERED = ["local", "fedper", "lgfedavg"]  # their clients now train vectorized
+
+
+def spec_of(case: str, clients: str = "sequential"):
+    algorithm, model, federation = CASES[case]
+    return parse_spec(
+        {
+            "seed": 4,
+            "data": {"dataset": "digits"},
+            "partition": {"scheme": "dirichlet", "clients": 6, "alpha": 0.5},
+            "model": model,
+            "federation": {
+                "rounds": 2, "clients_per_round": 4, "batch_size": 16, "lr": 0.05,
+                "local_steps": 3, **federation,
+            },
+            "algorithm": algorithm,
+            "runtime": {"progress": False, "device": "cpu", "clients": clients},
+        }
+    )  # fmt: skip
+
+
+def digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of the tensors' names and bytes, in name order."""
+    sha = hashlib.sha256()
+    for name in sorted(tensors):
+        sha.update(name.encode())
+        sha.update(tensors[name].detach().cpu().contiguous().numpy().tobytes())
+    return sha.hexdigest()
+
+
+def fingerprint(case: str, folder: Path) -> dict[str, str]:
+    """Digests of a 2-round run's global state, client states and metrics (not wall times)."""
+    state = Engine.from_spec(spec_of(case), folder).run()
+    clients = {f"{c}/{n}": v for c, own in state.client_states.items() for n, v in own.items()}
+    metrics = {
+        name: torch.from_numpy(np.asarray(values, dtype=np.float64))
+        for name, values in state.metrics.items()
+        if name != "wall_time"
+    }
+    return {
+        "global": digest(state.global_state),
+        "clients": digest(clients),
+        "metrics": digest(metrics),
+    }
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_run_trains_to_the_bits_of_main(case, tmp_path):
+    assert fingerprint(case, tmp_path) == json.loads(GOLDEN.read_text())[case]
+
+
+@pytest.mark.parametrize("case", LAYERED)
+def test_local_layers_train_vectorized_as_sequentially(case, tmp_path):
+    """A round's results and kept entries on the vectorized executor, from each client's own
+    start, agree with the sequential executor's (tolerances of tests/test_vectorized.py)."""
+    from tests.test_vectorized import ATOL, gap
+
+    engine = Engine.from_spec(spec_of(case), tmp_path)
+    assert why_sequential(engine.algorithm, engine.model) is None
+    state = engine.initial_state()
+    engine.run_round(0, state)  # every client but the unsampled ones now holds its own entries
+    clients = engine.holders
+    sequential_jobs, vectorized_jobs = (engine.make_jobs(1, state, clients) for _ in range(2))
+    sequential = [engine.train_client(job) for job in sequential_jobs]
+    executor = VectorizedExecutor(engine.algorithm, torch.device("cpu"), print)
+    vectorized = executor.map(engine.train_client, vectorized_jobs)
+    assert executor.ran == {"vectorized"}
+    starts = {digest(engine.algorithm.client_start(job)) for job in vectorized_jobs}
+    assert len(starts) > 1  # the clients started from models of their own
+    for seq, vec, seq_job, vec_job in zip(
+        sequential, vectorized, sequential_jobs, vectorized_jobs, strict=True
+    ):
+        assert vec.stats.steps == seq.stats.steps
+        assert gap(vec.state, seq.state) <= ATOL
+        assert vec_job.client_state.keys() == seq_job.client_state.keys()
+        assert gap(vec_job.client_state, seq_job.client_state) <= ATOL
+
+
+if __name__ == "__main__":  # the expected digests, from the code on PYTHONPATH
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        found = {case: fingerprint(case, Path(folder) / case) for case in CASES}
+    GOLDEN.write_text(json.dumps(found, indent=1) + "\n")
+    sys.exit(0)
