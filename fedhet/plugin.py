@@ -44,7 +44,13 @@ Training: the trainer and its one client step
         The federated training of an algorithm; the base class is FedAvg. Override what
         differs: `client_step`, `aggregate`, `init_server_state`, `initial_client_state`,
         `download`/`shared` (what crosses the network), `synchronized_first_step`,
-        `evaluation_states`, `build_model`.
+        `evaluation_states`, `build_model`, and a client's start and finish: `own_names` (the
+        model entries each client holds for itself: it trains from its own copies,
+        `client_start`, and keeps what it trained them to; Local, FedPer, FedBN) and
+        `client_finish` (what a trained client sends and keeps besides, read from its job's
+        `context`: FedImpro's statistics, Ditto's personal model). Every executor runs them,
+        so a method that only starts its clients from models of their own keeps the engine's
+        `client_update` and trains vectorized.
         `self.setup` is the run's TrainSetup; `self.setup.extras[role]` the artifact of an
         upstream stage the config's `plan` added.
         Rounds count from 0 in every hook (`round` of `client_step`, `download`, `aggregate`,
@@ -66,13 +72,17 @@ Training: the trainer and its one client step
         A client's local optimizer (lr, momentum, weight decay): on its job (`ClientJob.sgd`,
         from `Trainer.client_sgd`), the one place every executor and method reads it; torch's
         SGD over a model with them.
-    A trainer that trains its clients in a way no client step states overrides
-    `client_update` (and `local_loss`, the data term) and declares `vectorizable = False`.
+    A trainer whose data term differs overrides `local_loss` (what it reads for one client,
+    built by `client_context(job)`, on `job.context`: per-client state lives on the job or in
+    `job.client_state`, never on the trainer); one whose clients train in a way no client step
+    states (two phases, an inner optimization per step, two optimizers) overrides
+    `client_update`. Either declares `vectorizable = False`, with a comment saying why.
     PartlyShared, PartlyLocal, FineTuned, fine_tune
         Personalized training: a trainer whose named entries never cross the network while the
-        rest is averaged (FedBABU's head), one whose named layers stay on each client (FedPer,
-        LG-FedAvg, FedRep, FedRoD); k local SGD steps of a model on a client's training samples
-        (fine-tuning at evaluation: FedAvg-FT, FedBABU), and a trainer evaluated so.
+        rest is averaged (FedBABU's head), one whose named layers stay on each client, its
+        `own_names` (FedPer, LG-FedAvg, FedRep, FedRoD); k local SGD steps of a model on a
+        client's training samples (fine-tuning at evaluation: FedAvg-FT, FedBABU), and a trainer
+        evaluated so.
     PersonalModels, TrainedBeside, OwnModel, stored, to_store
         A trainer whose clients each keep a model of their own (under a prefix in their client
         state: `stored`, `to_store`) that is what is evaluated (pFedMe); one whose own model (an

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from fedhet.core.spec import parse_spec
-from fedhet.engine.client_executors import VectorizedExecutor, why_sequential
+from fedhet.engine.client_executors import FusedExecutor, VectorizedExecutor
 from fedhet.engine.loop import Engine
 
 torch.set_num_threads(1)
@@ -46,7 +46,11 @@ CASES = {
         {},
     ),
 }
-LAYERED = ["local", "fedper", "lgfedavg"]  # their clients now train vectorized
+# their clients now train vectorized and (plain SGD: not FedPer's case) fused
+OTHER_EXECUTORS = [
+    *((case, VectorizedExecutor) for case in ("local", "fedper", "lgfedavg")),
+    *((case, FusedExecutor) for case in ("local", "lgfedavg")),
+]
 
 
 def spec_of(case: str, clients: str = "sequential"):
@@ -97,31 +101,31 @@ def test_a_run_trains_to_the_bits_of_main(case, tmp_path):
     assert fingerprint(case, tmp_path) == json.loads(GOLDEN.read_text())[case]
 
 
-@pytest.mark.parametrize("case", LAYERED)
-def test_local_layers_train_vectorized_as_sequentially(case, tmp_path):
-    """A round's results and kept entries on the vectorized executor, from each client's own
-    start, agree with the sequential executor's (tolerances of tests/test_vectorized.py)."""
+@pytest.mark.parametrize(("case", "executor"), OTHER_EXECUTORS, ids=lambda x: getattr(x, "name", x))
+def test_own_layers_train_on_other_executors_as_sequentially(case, executor, tmp_path):
+    """A round's results and kept entries on the vectorized or fused executor, each client from
+    its own start, agree with the sequential executor's (tests/test_vectorized.py's tolerances:
+    float32 rounds differently there)."""
     from tests.test_vectorized import ATOL, gap
 
     engine = Engine.from_spec(spec_of(case), tmp_path)
-    assert why_sequential(engine.algorithm, engine.model) is None
     state = engine.initial_state()
-    engine.run_round(0, state)  # every client but the unsampled ones now holds its own entries
+    engine.run_round(0, state)  # the round's clients now hold entries of their own
     clients = engine.holders
-    sequential_jobs, vectorized_jobs = (engine.make_jobs(1, state, clients) for _ in range(2))
+    sequential_jobs, other_jobs = (engine.make_jobs(1, state, clients) for _ in range(2))
+    starts = {digest(engine.algorithm.client_start(job)) for job in other_jobs}
+    assert len(starts) > 1  # the clients start from models of their own
     sequential = [engine.train_client(job) for job in sequential_jobs]
-    executor = VectorizedExecutor(engine.algorithm, torch.device("cpu"), print)
-    vectorized = executor.map(engine.train_client, vectorized_jobs)
-    assert executor.ran == {"vectorized"}
-    starts = {digest(engine.algorithm.client_start(job)) for job in vectorized_jobs}
-    assert len(starts) > 1  # the clients started from models of their own
-    for seq, vec, seq_job, vec_job in zip(
-        sequential, vectorized, sequential_jobs, vectorized_jobs, strict=True
+    other = executor(engine.algorithm, torch.device("cpu"), print)
+    results = other.map(engine.train_client, other_jobs)
+    assert other.ran == {executor.name}
+    for seq, res, seq_job, job in zip(
+        sequential, results, sequential_jobs, other_jobs, strict=True
     ):
-        assert vec.stats.steps == seq.stats.steps
-        assert gap(vec.state, seq.state) <= ATOL
-        assert vec_job.client_state.keys() == seq_job.client_state.keys()
-        assert gap(vec_job.client_state, seq_job.client_state) <= ATOL
+        assert res.stats.steps == seq.stats.steps
+        assert gap(res.state, seq.state) <= ATOL
+        assert job.client_state.keys() == seq_job.client_state.keys()
+        assert gap(job.client_state, seq_job.client_state) <= ATOL
 
 
 if __name__ == "__main__":  # the expected digests, from the code on PYTHONPATH

@@ -89,4 +89,5 @@ def test_a_trainer_with_its_own_client_update_declares_it(tmp_path):
 
     spec = parse_spec({"model": {"arch": "mlp", "hidden": [16]}})
     trainer = Engine.from_spec(spec, tmp_path, trainer=Declared).algorithm
-    assert why_sequential(trainer, trainer.build_model()) == "fedavg trains its clients its own way"
+    reason = "fedavg trains its clients its own way (client_update)"
+    assert why_sequential(trainer, trainer.build_model()) == reason

@@ -54,7 +54,8 @@ def why_sequential(trainer: Trainer, model: nn.Module) -> str | None:
     """Why no round of `trainer` can run vectorized (None: every round without a synchronized
     first step can)."""
     if not trainer.vectorizable:
-        return f"{trainer.config.name} trains its clients its own way"
+        hooks = ", ".join(trainer.own_training())
+        return f"{trainer.config.name} trains its clients its own way" + (hooks and f" ({hooks})")
     reason = cannot_vectorize(model)
     if reason is not None:
         return reason

@@ -14,15 +14,20 @@ A trainer is a few functions over explicit state:
   `Traffic` it adds), `download`/`shared` (what crosses the network, for accounting),
   `evaluation_states` (personalized models to evaluate) and `build_model`;
 - `client_sgd(round, client, lr)`: the client's local optimizer settings, carried by its job
-  (`ClientJob.sgd`), the one place every executor and method reads them.
+  (`ClientJob.sgd`), the one place every executor and method reads them;
+- a client's start and finish, which every executor runs: `own_names`, the model entries each
+  client holds for itself (Local: all; FedPer: its personal layers; FedBN: its BatchNorm
+  entries), from which `client_start(job)` is the state it trains from (the vectorized executor
+  stacks the cohort's) and which `client_finish(job, state)` keeps; it also says what else the
+  client sends or keeps once trained (FedImpro's statistics, Ditto's personal model).
 A method whose data term differs (Mixup's mixed batches, MOON's contrastive term, DANN's domain
 loss) overrides `local_loss`, and builds what that term reads for one client's job in
 `client_context(job)` (its seeded draws, its frozen anchor models, its update count: on the job,
-never on the trainer, which the round's clients share); `client_optimizer(job, model)` gives a
-part of the model settings of its own (DANN's domain classifier). A method whose clients train
-in a way the engine's loop cannot run (FedBR's adversarial rounds, a personalized model trained
-beside the shared one) overrides `client_update`. Any of these declares `vectorizable = False`:
-its clients then train one at a time.
+never on the trainer, which the round's clients share; `client_finish` reads it too);
+`client_optimizer(job, model)` gives a part of the model settings of its own (DANN's domain
+classifier). A method whose clients train in a way the engine's loop cannot run (FedBR's
+adversarial rounds, pFedMe's inner problem, FedRep's two phases) overrides `client_update`.
+Any of these declares `vectorizable = False`, saying why: its clients then train one at a time.
 The engine owns the round loop, sampling, evaluation, metrics and checkpoints.
 """
 
@@ -82,18 +87,24 @@ class Traffic:
 
 
 class Trainer:
-    # False for a trainer whose own `client_update` trains its clients (one at a time)
+    # False for a trainer whose clients train one at a time: its own `local_loss`,
+    # `client_optimizer` or `client_update`, which no vectorized round runs (a comment says why)
     vectorizable: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        hooks = ("client_update", "local_loss", "client_optimizer")
-        own = [hook for hook in hooks if getattr(cls, hook) is not getattr(Trainer, hook)]
+        own = cls.own_training()
         if own and cls.vectorizable:
             raise TypeError(
                 f"{cls.__name__} overrides {own[0]}, which no vectorized round runs: declare "
                 "vectorizable = False, or state the change as its client_step"
             )
+
+    @classmethod
+    def own_training(cls) -> list[str]:
+        """The hooks of local training the trainer overrides that no vectorized round runs."""
+        hooks = ("client_update", "local_loss", "client_optimizer")
+        return [hook for hook in hooks if getattr(cls, hook) is not getattr(Trainer, hook)]
 
     def __init__(self, config: MethodConfig, setup: TrainSetup):
         self.config = config
