@@ -325,10 +325,12 @@ def test_sampled_features_come_from_the_chosen_statistics(source, centre, monkey
     small = torch.full((10, dim), 1e-6)
     job = SimpleNamespace(
         round=0,
+        model=model,
         server_state={MEAN: torch.zeros(10, dim), VAR: small},
-        client_state={MEAN: torch.full((10, dim), 50.0), VAR: small.clone()},
         generator=gen(0),
     )
+    job.context = algo.client_context(job)  # the client's running statistics start as these
+    job.context.mean.fill_(50.0)  # and have moved away from the global ones
     client = setup.clients[0]
     algo.local_loss(job, model, client.x[:16], client.y[:16])
     ((features, _),) = drawn

@@ -54,7 +54,9 @@ SPEC = {
     },
     "algorithm": {"name": "local"},
     "eval": {"client_test": {"per_client": PER_CLIENT}},
-    "runtime": {"threads": 1, "progress": False, "device": "cpu"},
+    # the replay is of the sequential executor's steps, bit for bit (auto would train these
+    # clients vectorized, rounding differently: tests/test_client_start.py compares the two)
+    "runtime": {"threads": 1, "progress": False, "device": "cpu", "clients": "sequential"},
 }
 
 

@@ -165,7 +165,7 @@ class _Chunk:
         gradients: Gradients,
     ):
         self.clients = clients
-        self.starts = [client.start or start for client in clients]
+        self.starts = [start if client.start is None else client.start for client in clients]
         self.settings, self.step, self.gradients = settings, step, gradients
         names = [n for n, _ in model.named_parameters()]
         self.buffer_names = [n for n, _ in model.named_buffers()]
