@@ -3,7 +3,7 @@ and the weights of the objective's terms; and what it plans (the `virtual` stage
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -31,10 +31,6 @@ class _GeneratorSpec(Section):
     per_class: int = Field(
         200, ge=2, le=MAX_COUNT, description="virtual images per class (official: 200)"
     )
-
-    def options(self) -> dict[str, Any]:
-        """Keyword options of `fedhet.methods.vhl.generators.generate` for this generator."""
-        return self.model_dump(exclude={"kind", "per_class"})
 
 
 class StyleGAN2Spec(_GeneratorSpec):
