@@ -28,9 +28,14 @@ Describing a method (light: validating and planning a spec import no torch)
         count's field), fine-tuning at evaluation (its steps and learning rate).
     MixupAlpha
         The type of input mixup's alpha, lambda ~ Beta(alpha, alpha) (mixup, FedBR, GroupDRO).
-    Section, OMIT_IF_DEFAULT, MAX_COUNT, MAX_WIDTH, MAX_SEED, MAX_CLASSES, MAX_LAYERS, Count
-        A config's nested sections, the bounds fedhet's own fields use, and the type of a field
-        that counts something (1 to MAX_COUNT).
+    Section, OMIT_IF_DEFAULT, MAX_COUNT, MAX_WIDTH, MAX_SEED, MAX_CLASSES, MAX_LAYERS
+        A config's nested sections and the bounds fedhet's own fields use.
+    Count, Share, Width, Epochs, LearningRate, Weight, Momentum
+        The bounded types fedhet's own fields share (fedhet.core.sections), a field adding its
+        default and description: `lam: Weight = Field(0.1, description=...)`. A count (1 to
+        MAX_COUNT), a part of a whole (0 < x < 1), a layer's width, local epochs (> 0), a step
+        size (> 0), a loss term's weight or a weight decay (>= 0), a running average's decay
+        (0 <= x < 1).
     Spec, FederationSpec, DatasetName, parse_run, expand
         The validated spec a config plans from.
     ModelChoice
@@ -168,7 +173,13 @@ from fedhet.core.sections import (
     MAX_WIDTH,
     OMIT_IF_DEFAULT,
     Count,
+    Epochs,
+    LearningRate,
+    Momentum,
     Section,
+    Share,
+    Weight,
+    Width,
 )
 from fedhet.core.spec import DatasetName, FederationSpec, Spec, expand, parse_run
 from fedhet.core.store import ArtifactStore
@@ -255,13 +266,16 @@ __all__ = [
     "Count",
     "DatasetName",
     "DivergedError",
+    "Epochs",
     "FineTunedConfig",
     "FederationSpec",
     "InputError",
     "LayerSplitConfig",
+    "LearningRate",
     "Method",
     "MethodConfig",
     "MixupAlpha",
+    "Momentum",
     "refuse_text",
     "ModelChoice",
     "ObjectiveConfig",
@@ -270,8 +284,11 @@ __all__ = [
     "RunContext",
     "RunError",
     "Section",
+    "Share",
     "Spec",
     "StageNode",
+    "Weight",
+    "Width",
     "create_array",
     "data_shape",
     "derive_seed",

@@ -107,6 +107,15 @@ def virtual_key(spec: Spec) -> str:
     return runs_of(spec)[0].node.upstream["virtual"].key
 
 
+@pytest.mark.parametrize(
+    "generator, named",
+    [({"kind": "gan"}, "generator.kind"), ({**NOISE, "channels": 8}, "generator.noise.channels")],
+)
+def test_an_unknown_generator_or_option_is_refused_naming_it(generator: dict, named: str):
+    with pytest.raises(InputError, match=f"algorithm.vhl.{named}"):
+        spec_with(vhl(generator=generator))
+
+
 def test_virtual_key_depends_only_on_generator_config_seed_and_data_shape():
     base = spec_with(vhl())
     federated_elsewise = spec_with(
@@ -382,8 +391,7 @@ def test_virtual_images_take_the_formatted_input_shape_and_official_scale(store)
     assert "scale" not in runs_of(spec_with(vhl()))[0].node.upstream["virtual"].config
     algorithm = make(official, store)
     images, labels = load_virtual(algorithm.setup.extras["virtual"])
-    options = NoiseSpec(per_class=NOISE["per_class"]).options()
-    raw = noise_images(C, NOISE["per_class"], (3, 12, 12), 3, **options)  # the spec's seed: 3
+    raw = noise_images(NoiseSpec(per_class=NOISE["per_class"]), C, (3, 12, 12), 3)  # seed: 3
     torch.testing.assert_close(images, (raw.clamp(0, 1) - 0.5) / 0.25)
     assert images.min() >= -2 and images.max() <= 2
     # the authors pad their [0, 1] images with black before normalizing: -2 here

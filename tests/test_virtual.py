@@ -10,6 +10,7 @@ from PIL import Image
 from sklearn.linear_model import LogisticRegression
 
 from fedhet.core.errors import InputError
+from fedhet.methods.vhl.config import ConvSpec, NoiseSpec, StyleGAN2Spec
 from fedhet.methods.vhl.generators import generate, save_grid
 from fedhet.methods.vhl.stylegan2 import ModulatedConv2d, StyleGAN2Config, StyleGAN2Generator
 from fedhet.methods.vhl.supcon import supcon_loss, vhl_calibration_loss
@@ -17,11 +18,16 @@ from fedhet.methods.vhl.supcon import supcon_loss, vhl_calibration_loss
 torch.set_num_threads(1)
 
 KINDS = ["stylegan2", "noise", "conv"]
+SPECS = {"stylegan2": StyleGAN2Spec, "noise": NoiseSpec, "conv": ConvSpec}
 SMALL = {"stylegan2": {"channels": 16}, "noise": {}, "conv": {"channels": 8}}
 
 
+def small_spec(kind: str, per_class: int):
+    return SPECS[kind](per_class=per_class, **SMALL[kind])
+
+
 def _small(kind: str, seed: int, shape=(3, 32, 32), num_classes=3, per_class=4, **extra):
-    return generate(kind, num_classes, per_class, shape, seed, **SMALL[kind], **extra)
+    return generate(small_spec(kind, per_class), num_classes, shape, seed, **extra)
 
 
 # --- generators -------------------------------------------------------------------------
@@ -79,29 +85,29 @@ def _linear_probe_accuracy(images: torch.Tensor, labels: torch.Tensor) -> float:
 def test_stylegan2_virtual_classes_are_linearly_separable(shape, channels):
     # Without noise injection (the official untrained generator) only the style means
     # separate the classes: 0.92 measured at 28 x 28 (0.95+ with noise_strength 1).
-    images, labels = generate("stylegan2", 10, 40, shape, seed=0, channels=channels)
+    images, labels = generate(StyleGAN2Spec(per_class=40, channels=channels), 10, shape, seed=0)
     assert _linear_probe_accuracy(images, labels) >= 0.9
 
 
 @pytest.mark.parametrize("kind", ["noise", "conv"])
 def test_alternative_generators_are_linearly_separable(kind):
-    images, labels = generate(kind, 10, 20, (3, 16, 16), seed=0, **SMALL[kind])
+    images, labels = generate(small_spec(kind, 20), 10, (3, 16, 16), seed=0)
     assert _linear_probe_accuracy(images, labels) >= 0.95
 
 
 @pytest.mark.parametrize(
     "kind, options, shape",
     [
-        ("gan", {}, (3, 32, 32)),
-        ("noise", {"channels": 8}, (3, 32, 32)),
         ("stylegan2", {"batch_size": 0}, (3, 32, 32)),
+        ("noise", {"num_classes": 0}, (3, 32, 32)),
         ("conv", {}, (3, 2, 32)),
         ("conv", {}, (32, 32)),
     ],
 )
 def test_bad_requests_are_input_errors(kind, options, shape):
+    request = {"num_classes": 2, "shape": shape, "seed": 0} | options
     with pytest.raises(InputError):
-        generate(kind, 2, 2, shape, 0, **options)
+        generate(small_spec(kind, 2), **request)
 
 
 def test_save_grid_draws_one_labelled_row_per_class_large_enough_to_read(tmp_path):

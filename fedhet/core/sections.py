@@ -37,9 +37,15 @@ MAX_CLIENTS = 10**5
 MAX_THREADS = 1024
 MAX_FACTOR = 10**6  # floats that scale a count or a distribution (alpha, epochs)
 
-# The bounded types that fields of many sections share
+# The bounded types that fields of many sections share (each field adds default and description)
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]  # rounds, steps, samples, batch sizes
 Share = Annotated[float, Field(gt=0, lt=1)]  # a part of a whole: neither none of it nor all
+Clients = Annotated[int, Field(ge=1, le=MAX_CLIENTS)]  # a number of clients
+Width = Annotated[int, Field(ge=1, le=MAX_WIDTH)]  # a layer's width, a feature dimension
+Epochs = Annotated[float, Field(gt=0, le=MAX_FACTOR)]  # passes over a client's data (1.5 too)
+LearningRate = Annotated[float, Field(gt=0)]  # the step size of an optimizer
+Weight = Annotated[float, Field(ge=0)]  # of a loss term, or a weight decay: 0 turns it off
+Momentum = Annotated[float, Field(ge=0, lt=1)]  # the decay of a running average (0: none)
 
 
 def _kinds(annotation: Any) -> set[Any]:

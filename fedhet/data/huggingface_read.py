@@ -17,7 +17,6 @@ changes the key, a moved folder does not. `datasets` is imported here only, on f
 
 from __future__ import annotations
 
-import hashlib
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fedhet.core.errors import InputError
+from fedhet.data.folder_hash import ContentHash, Stamp, stamp
 from fedhet.data.image_folder import stacked_pixels
 
 
@@ -48,7 +48,7 @@ def open_split(path: str, split: str, field: str, download: bool) -> Any:
     """The `split` of the dataset at `path` (a `datasets.Dataset`); InputError naming `field`
     (data.split or data.test_split) and the splits there are when it has no such split."""
     folder = _folder(path)
-    splits = _open(path, download, () if folder is None else _stamp(sorted(_files(folder))))
+    splits = _open(path, download, () if folder is None else stamp(sorted(_files(folder))))
     if split not in splits:
         raise FieldError(
             field, f"{path} has no split {split!r} (its splits: {', '.join(splits)}); name one"
@@ -65,16 +65,11 @@ def content_hash(path: str, parts: list[Any]) -> str:
     else:
         files = sorted({Path(c["filename"]) for part in parts for c in part.cache_files})
         root = Path(os.path.commonpath([f.parent for f in files])) if files else Path(".")
-    return _hashed(root, _stamp(files))
+    return _hashed(root, stamp(files))
 
 
 def _files(folder: Path) -> list[Path]:
     return [f for f in folder.rglob("*") if f.is_file()]
-
-
-def _stamp(files: list[Path]) -> tuple:
-    """What tells a changed file: each one's name, size and modification time."""
-    return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
 
 
 def column_kind(part: Any, column: str) -> str:
@@ -115,9 +110,9 @@ def column_values(part: Any, column: str, where: str) -> np.ndarray:
 
 
 @lru_cache(maxsize=4)
-def _open(path: str, download: bool, stamp: tuple) -> dict[str, Any]:
+def _open(path: str, download: bool, files: Stamp) -> dict[str, Any]:
     """Split name -> `datasets.Dataset` of the dataset at `path` (see the module docstring), its
-    folder's files as `stamp` says (opened again when one changes)."""
+    folder's `files` as stamped (opened again when one changes)."""
     datasets = _library(download)
     folder = _folder(path)
     try:
@@ -191,9 +186,8 @@ def _leaf_value(feature: Any) -> Any:
 
 
 @lru_cache(maxsize=4)
-def _hashed(root: Path, stamp: tuple) -> str:
-    digest = hashlib.sha256()
-    for name, _, _ in stamp:
-        relative = Path(name).relative_to(root).as_posix()
-        digest.update(relative.encode() + b"\0" + Path(name).read_bytes() + b"\0")
-    return digest.hexdigest()
+def _hashed(root: Path, files: Stamp) -> str:
+    content_hash = ContentHash(root)
+    for name, _, _ in files:
+        content_hash.add(name, Path(name).read_bytes())
+    return content_hash.hexdigest()

@@ -27,6 +27,7 @@ from pydantic import Field
 from fedhet.core.errors import InputError
 from fedhet.data.array_files import ArrayFile
 from fedhet.data.arrays import ArraysData
+from fedhet.data.folder_hash import Stamp, stamp
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 
@@ -51,14 +52,12 @@ def read_folder(path: str, size: int | None) -> ArrayFile:
     if not root.is_dir():
         raise InputError(f"{path}: folder not found; give a path relative to {Path.cwd()}")
     files = sorted(f for f in root.rglob("*") if f.suffix.lower() in SUFFIXES and f.is_file())
-    stats = [f.stat() for f in files]
-    stamp = tuple((str(f), s.st_size, s.st_mtime_ns) for f, s in zip(files, stats, strict=True))
-    return _read(root, stamp, size, path)  # read again when a file changes
+    return _read(root, stamp(files), size, path)  # read again when a file changes
 
 
 @lru_cache(maxsize=4)
-def _read(root: Path, stamp: tuple, size: int | None, path: str) -> ArrayFile:
-    parts = [Path(f).relative_to(root).parts for f, _, _ in stamp]
+def _read(root: Path, files: Stamp, size: int | None, path: str) -> ArrayFile:
+    parts = [Path(f).relative_to(root).parts for f, _, _ in files]
     depths = {len(p) for p in parts}
     if depths not in ({2}, {3}):
         raise InputError(
@@ -67,7 +66,7 @@ def _read(root: Path, stamp: tuple, size: int | None, path: str) -> ArrayFile:
         )
     names = tuple(sorted({p[-2] for p in parts}))
     digest, images = hashlib.sha256(), []
-    for (name, _, _), relative in zip(stamp, parts, strict=True):
+    for (name, _, _), relative in zip(files, parts, strict=True):
         content = Path(name).read_bytes()
         digest.update("/".join(relative).encode() + b"\0" + content)
         images.append(_image(content, size, f"{path}/{'/'.join(relative)}"))

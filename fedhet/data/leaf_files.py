@@ -13,7 +13,6 @@ A folder is read once per process and content (cached by its files' names, sizes
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fedhet.core.errors import InputError
+from fedhet.data.folder_hash import ContentHash, Stamp, stamp
 
 SPLITS = ("train", "test")
 DOWNLOAD_HINT = (
@@ -44,36 +44,36 @@ def read_folder(path: str) -> LeafFolder:
     root = Path(path).expanduser().resolve()
     if not root.is_dir():
         raise InputError(f"{path}: folder not found (looked in {Path.cwd()}); {DOWNLOAD_HINT}")
-    stamp = []
+    files: list[Path] = []
     for split in SPLITS:
-        files = sorted((root / split).glob("*.json")) if (root / split).is_dir() else []
-        if not files:
+        found = sorted((root / split).glob("*.json")) if (root / split).is_dir() else []
+        if not found:
             raise InputError(
                 f"{path}: no {split}/*.json files; give a LEAF data folder (train/ and test/ "
                 f"of JSON files): {DOWNLOAD_HINT}"
             )
-        stamp += [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
-    return _read(root, tuple(stamp), path)
+        files += found
+    return _read(root, stamp(files), path)
 
 
 @lru_cache(maxsize=2)
-def _read(root: Path, stamp: tuple, path: str) -> LeafFolder:
-    digest = hashlib.sha256()
+def _read(root: Path, files: Stamp, path: str) -> LeafFolder:
+    content_hash = ContentHash(root)
     splits: dict[str, dict[str, Samples]] = {split: {} for split in SPLITS}
-    for name, _, _ in stamp:
-        relative = Path(name).relative_to(root).as_posix()
+    for name, _, _ in files:
+        relative = content_hash.relative(name)
         where = f"{path}/{relative}"
         try:
             content = Path(name).read_bytes()
         except OSError as err:
             raise InputError(f"{where}: cannot be read ({err.strerror}); check the file") from None
-        digest.update(relative.encode() + b"\0" + content + b"\0")
+        content_hash.add(name, content)
         users = splits[relative.partition("/")[0]]
         for user, samples in _users(content, where).items():
             if user in users:
                 raise InputError(f"{where}: user {user!r} again (an earlier file has it)")
             users[user] = samples
-    return LeafFolder(splits["train"], splits["test"], digest.hexdigest())
+    return LeafFolder(splits["train"], splits["test"], content_hash.hexdigest())
 
 
 def _users(content: bytes, where: str) -> dict[str, Samples]:

@@ -46,6 +46,7 @@ class TorchvisionData(ImageDataConfig):
     loader: ClassVar[str] = "fedhet.data.torchvision_sets:read"
     source: ClassVar[str]  # the torchvision.datasets class
     folder: ClassVar[str]  # where torchvision keeps its files under the data root
+    shape = (1, 28, 28)
 
     def open(self, root: Path, train: bool, download: bool) -> Any:
         return getattr(_tv(), self.source)(root, train=train, download=download)
@@ -72,14 +73,14 @@ class TorchvisionData(ImageDataConfig):
 
 class MnistData(TorchvisionData):
     source, folder = "MNIST", "MNIST/raw"
-    shape, classes, train_samples = (1, 28, 28), 10, 60_000
+    classes, train_samples = 10, 60_000
 
     dataset: Literal["mnist"] = "mnist"
 
 
 class FashionMnistData(TorchvisionData):
     source, folder = "FashionMNIST", "FashionMNIST/raw"
-    shape, classes, train_samples = (1, 28, 28), 10, 60_000
+    classes, train_samples = 10, 60_000  # MNIST's: a drop-in replacement for it
 
     dataset: Literal["fmnist"] = "fmnist"
 
@@ -93,7 +94,7 @@ class FashionMnistData(TorchvisionData):
 
 class EmnistData(TorchvisionData):
     source, folder = "EMNIST", "EMNIST/raw"
-    shape, classes, train_samples = (1, 28, 28), 47, 112_800  # the balanced split
+    classes, train_samples = 47, 112_800  # the balanced split
 
     dataset: Literal["emnist"] = "emnist"
 
@@ -106,6 +107,10 @@ class EmnistData(TorchvisionData):
 
 
 class _CifarData(TorchvisionData):
+    """CIFAR-10 and CIFAR-100: 50,000 training images of 32x32 colour, the same layout."""
+
+    shape, train_samples = (3, 32, 32), 50_000
+
     def arrays(self, ds: Any) -> tuple[np.ndarray, np.ndarray]:  # numpy N x H x W x C
         pixels = np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))
         return pixels, np.asarray(ds.targets, dtype=np.int64)
@@ -113,14 +118,14 @@ class _CifarData(TorchvisionData):
 
 class Cifar10Data(_CifarData):
     source, folder = "CIFAR10", "cifar-10-batches-py"
-    shape, classes, train_samples = (3, 32, 32), 10, 50_000
+    classes = 10
 
     dataset: Literal["cifar10"] = "cifar10"
 
 
 class Cifar100Data(_CifarData):
     source, folder = "CIFAR100", "cifar-100-python"
-    shape, classes, train_samples = (3, 32, 32), 100, 50_000
+    classes = 100
 
     dataset: Literal["cifar100"] = "cifar100"
 

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from fedhet.core.architectures import layer_split_problem
 from fedhet.core.errors import InputError
-from fedhet.core.sections import MAX_COUNT, MAX_LAYERS
+from fedhet.core.sections import MAX_COUNT, MAX_LAYERS, LearningRate
 from fedhet.engine.description import MethodConfig
 
 MixupAlpha = Annotated[float, Field(gt=0, le=MAX_COUNT)]
@@ -60,6 +60,6 @@ class FineTunedConfig(MethodConfig):
     finetune_steps: int = Field(
         10, ge=0, le=MAX_COUNT, description="local SGD steps of fine-tuning at evaluation"
     )
-    finetune_lr: float | None = Field(
-        None, gt=0, description="the fine-tuning learning rate; default: federation.lr"
+    finetune_lr: LearningRate | None = Field(
+        None, description="the fine-tuning learning rate; default: federation.lr"
     )

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field
 
 from fedhet.core.errors import InputError, RunError
-from fedhet.core.sections import OMIT_IF_DEFAULT, AlgorithmSpec, Section
+from fedhet.core.sections import OMIT_IF_DEFAULT, AlgorithmSpec, Momentum, Section
 from fedhet.engine.schedule import round_lr
 from fedhet.engine.train_plan import train_node
 
@@ -90,10 +90,8 @@ class MethodConfig(AlgorithmSpec):
     # (`federation.momentum_buffers: client`): its own optimizers, or states that are models
     keeps_momentum_buffers: ClassVar[bool] = True
 
-    local_momentum: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+    local_momentum: Annotated[Momentum | None, OMIT_IF_DEFAULT] = Field(
         None,
-        ge=0,
-        lt=1,
         description="the clients' SGD momentum for this algorithm; default: federation.momentum",
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from fedhet.core.sections import MAX_COUNT, Section
+from fedhet.core.sections import Count, Section
 
 
 class ClientTestSpec(Section):
@@ -12,19 +12,15 @@ class ClientTestSpec(Section):
     label proportions (fedhet.data.client_test); `fedhet eval` and `fedhet report` score every
     client on it with the model that client would use."""
 
-    per_client: int | None = Field(
+    per_client: Count | None = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="test samples per client (fewer where a class runs out); none: each "
         "client's own test samples, of data whose test split names its clients (LEAF)",
     )
 
 
 class EvalSpec(Section):
-    every: int = Field(
-        1, ge=1, le=MAX_COUNT, description="evaluate the global model every N rounds"
-    )
+    every: Count = Field(1, description="evaluate the global model every N rounds")
     target_accuracy: float | None = Field(None, gt=0, le=1)
     client_test: ClientTestSpec | None = Field(
         None, description="per-client test sets from the test split (eval and report only)"

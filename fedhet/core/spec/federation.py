@@ -6,32 +6,37 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from fedhet.core.sections import MAX_CLIENTS, MAX_COUNT, MAX_FACTOR, OMIT_IF_DEFAULT, Section
+from fedhet.core.sections import (
+    OMIT_IF_DEFAULT,
+    Clients,
+    Count,
+    Epochs,
+    LearningRate,
+    Momentum,
+    Section,
+    Weight,
+)
 from fedhet.core.system_spec import SystemSpec, absent_when_default
 
 
 class FederationSpec(Section):
-    rounds: int = Field(30, ge=1, le=MAX_COUNT)
-    clients_per_round: int | None = Field(
-        None, ge=1, le=MAX_CLIENTS, description="default: all clients"
-    )
+    rounds: Count = 30
+    clients_per_round: Clients | None = Field(None, description="default: all clients")
     fraction: float | None = Field(None, gt=0, le=1, description="alternative to clients_per_round")
-    local_epochs: float | None = Field(1, gt=0, le=MAX_FACTOR)
-    local_steps: int | None = Field(
-        None, ge=1, le=MAX_COUNT, description="fixed local steps; replaces epochs"
-    )
-    batch_size: int = Field(32, ge=1, le=MAX_COUNT)
-    lr: float = Field(0.05, gt=0)
+    local_epochs: Epochs | None = 1
+    local_steps: Count | None = Field(None, description="fixed local steps; replaces epochs")
+    batch_size: Count = 32
+    lr: LearningRate = 0.05
     lr_decay: float = Field(
         1.0, gt=0, le=1, description="learning rate multiplied by this per round"
     )
-    momentum: float = Field(0.0, ge=0, lt=1)
+    momentum: Momentum = 0.0
     momentum_buffers: Annotated[Literal["reset", "client"], OMIT_IF_DEFAULT] = Field(
         "reset",
         description="reset: every round's local optimizer starts with an empty momentum buffer; "
         "client: each client keeps its buffer across rounds (in its state, checkpointed)",
     )
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: Weight = 0.0
     system: Annotated[SystemSpec | None, OMIT_IF_DEFAULT, AfterValidator(absent_when_default)] = (
         Field(None, description="system heterogeneity: local work, availability, stragglers")
     )

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
 from fedhet.core import architectures, plugins
 from fedhet.core.model_config import ModelConfig
-from fedhet.core.sections import MAX_LAYERS, MAX_WIDTH
+from fedhet.core.sections import MAX_LAYERS, MAX_WIDTH, Width
 from fedhet.core.spec.conditions import applies_when
 from fedhet.core.spec.located import located_error
 
@@ -16,28 +16,24 @@ from fedhet.core.spec.located import located_error
 class ModelSpec(ModelConfig):
     arch: Literal["mlp", "simple_cnn", "fedbr_cnn", "resnet18", "resnet20"] = "simple_cnn"
     norm: Literal["batch", "group", "none"] = "none"
-    hidden: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(
+    hidden: list[Width] = Field(
         default_factory=lambda: [200],
         max_length=MAX_LAYERS,
         description="mlp hidden widths; [] is logistic regression",
         **applies_when(arch=("mlp",)),
     )
-    channels: list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]] = Field(
+    channels: list[Width] = Field(
         default_factory=lambda: [32, 64],
         description="simple_cnn conv widths",
         **applies_when(arch=("simple_cnn",)),
     )
-    fc_width: int = Field(
+    fc_width: Width = Field(
         512,
-        ge=1,
-        le=MAX_WIDTH,
         description="simple_cnn hidden fully connected width",
         **applies_when(arch=("simple_cnn",)),
     )
-    width: int = Field(
+    width: Width = Field(
         16,
-        ge=1,
-        le=MAX_WIDTH,
         description="resnet and fedbr_cnn base width (both use 64 in the papers)",
         **applies_when(arch=("fedbr_cnn", "resnet18", "resnet20")),
     )

@@ -13,6 +13,8 @@ from fedhet.core.sections import (
     MAX_COUNT,
     MAX_FACTOR,
     OMIT_IF_DEFAULT,
+    Clients,
+    Count,
     Section,
 )
 
@@ -70,16 +72,14 @@ class FeatureShiftSpec(Section):
 
 
 class _PartitionBase(Section):
-    clients: int = Field(10, ge=1, le=MAX_CLIENTS)
+    clients: Clients = 10
     rotation: RotationSpec | None = None
     feature_shift: Annotated[FeatureShiftSpec | None, OMIT_IF_DEFAULT] = Field(
         None,
         description="a per-client input transform (noise, contrast or blur), after the rotation",
     )
-    max_samples: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+    max_samples: Annotated[Count | None, OMIT_IF_DEFAULT] = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="a client dealt more samples keeps this many, drawn at random without "
         "replacement (a reduced-data edition of a partition)",
     )
@@ -159,19 +159,15 @@ class NaturalPartition(_PartitionBase):
     scheme: Literal["natural"] = "natural"
     # filled in from the data (fedhet.core.natural_clients), so out of dumps: each run takes
     # its data's
-    clients: int = Field(
-        10, ge=1, le=MAX_CLIENTS, exclude=True, description="the data's clients (filled in)"
-    )
+    clients: Clients = Field(10, exclude=True, description="the data's clients (filled in)")
     by: Annotated[str | None, OMIT_IF_DEFAULT] = Field(
         None,
         min_length=1,
         description="the data's column of client ids, one client per distinct value in sorted "
         "order (dataset huggingface); default: the data's own client ids",
     )
-    group: Annotated[int | None, OMIT_IF_DEFAULT] = Field(
+    group: Annotated[Clients | None, OMIT_IF_DEFAULT] = Field(
         None,
-        ge=1,
-        le=MAX_CLIENTS,
         description="this many consecutive natural ids per client, the last client taking what "
         "remains (flwr-datasets' GroupedNaturalIdPartitioner, mode allow-smaller)",
     )

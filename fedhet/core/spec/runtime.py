@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fedhet.core.sections import MAX_COUNT, MAX_THREADS, Section
+from fedhet.core.sections import MAX_THREADS, Count, Section
 
 
 class ResourcesSpec(Section):
@@ -30,14 +30,12 @@ class RuntimeSpec(Section):
         "they cannot run falls back to sequential, said once); auto, the fastest that applies "
         "(fused on CPU, else vectorized for models without convolutions, else sequential)",
     )
-    checkpoint_every: int | None = Field(
+    checkpoint_every: Count | None = Field(
         None,
-        ge=1,
-        le=MAX_COUNT,
         description="rounds between checkpoints, what a crash can lose (Ctrl-C loses nothing); "
         "unset: every 5 rounds, skipped while the last checkpoint is under 30 s old",
     )
-    eval_batch_size: int = Field(1000, ge=1, le=MAX_COUNT)
+    eval_batch_size: Count = 1000
     progress: bool = True
     tensorboard: str | None = Field(
         None, description="folder for TensorBoard events, one subfolder per run, per round"

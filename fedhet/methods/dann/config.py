@@ -7,7 +7,15 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, MAX_WIDTH, InputError, MethodConfig, Spec
+from fedhet.plugin import (
+    MAX_COUNT,
+    InputError,
+    LearningRate,
+    MethodConfig,
+    Spec,
+    Weight,
+    Width,
+)
 
 
 class DANNConfig(MethodConfig):
@@ -15,9 +23,8 @@ class DANNConfig(MethodConfig):
     keeps_momentum_buffers: ClassVar[bool] = False  # two optimizers of its own each round
     display_name: ClassVar[str | None] = "DANN"
     name: Literal["dann"] = "dann"
-    lam: float = Field(
+    lam: Weight = Field(
         0.01,
-        ge=0,
         description="lambda: weight of the domain loss the features ascend (the gradient "
         "reversal's scale); 0 leaves the features and classifier FedAvg's",
     )
@@ -33,11 +40,11 @@ class DANNConfig(MethodConfig):
         le=MAX_COUNT,
         description="alternate: domain-classifier steps per feature/classifier step",
     )
-    disc_width: int = Field(256, ge=1, le=MAX_WIDTH, description="the 3-layer MLP's width")
-    disc_lr: float | None = Field(
-        None, gt=0, description="the domain classifier's SGD lr; default the round's client lr"
+    disc_width: Width = Field(256, description="the 3-layer MLP's width")
+    disc_lr: LearningRate | None = Field(
+        None, description="the domain classifier's SGD lr; default the round's client lr"
     )
-    disc_weight_decay: float = Field(0.0, ge=0, description="the domain classifier's SGD's")
+    disc_weight_decay: Weight = Field(0.0, description="the domain classifier's SGD's")
 
     def check(self, spec: Spec) -> None:
         super().check(spec)

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import OMIT_IF_DEFAULT, OwnModelsConfig
+from fedhet.plugin import OMIT_IF_DEFAULT, LearningRate, OwnModelsConfig, Weight
 
 
 class DittoConfig(OwnModelsConfig):
@@ -14,14 +14,12 @@ class DittoConfig(OwnModelsConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.ditto.algorithm:Ditto"
     display_name: ClassVar[str | None] = "Ditto"
     name: Literal["ditto"] = "ditto"
-    lam: float = Field(
+    lam: Weight = Field(
         0.1,
-        ge=0,
         description="lambda: pull of each personal model towards the global one (0: local)",
     )
-    personal_lr: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+    personal_lr: Annotated[LearningRate | None, OMIT_IF_DEFAULT] = Field(
         None,
-        gt=0,
         description="the personal model's step size, decayed as federation.lr; default: the "
         "round's lr (the official code's one learning rate)",
     )

@@ -9,7 +9,6 @@ from pydantic import Field
 
 from fedhet.plugin import (
     MAX_COUNT,
-    MAX_WIDTH,
     OMIT_IF_DEFAULT,
     Count,
     DatasetName,
@@ -19,6 +18,8 @@ from fedhet.plugin import (
     Section,
     Spec,
     StageNode,
+    Weight,
+    Width,
     partition_node,
     train_node,
 )
@@ -84,8 +85,8 @@ class FedBRConfig(MethodConfig):
     debias_classifier: bool = Field(True, description="component 1: CE(pseudo, uniform)")
     debias_features: bool = Field(True, description="component 2: adversarial L_con")
     max_step: bool = Field(True, description="component 2's max step (ablation: false)")
-    lam: float = Field(1.0, ge=0, description="lambda, weight of the pseudo-data CE")
-    mu: float = Field(0.5, ge=0, description="weight of L_con")
+    lam: Weight = Field(1.0, description="lambda, weight of the pseudo-data CE")
+    mu: Weight = Field(0.5, description="weight of L_con")
     tau1: float = Field(2.0, gt=0, description="L_con temperature of the positive pair (Eq. 5)")
     tau2: float = Field(2.0, gt=0, description="L_con temperature of the negative pairs (Eq. 6)")
     pairing: Annotated[Literal["all", "index"], OMIT_IF_DEFAULT] = Field(
@@ -93,8 +94,8 @@ class FedBRConfig(MethodConfig):
         description="L_con's negative pairs: all = every (pseudo, real) pair (the expectation "
         "of Eq. 2-3); index = pseudo sample i with real sample i (the official code)",
     )
-    projection_width: int = Field(256, ge=1, le=MAX_WIDTH)
-    projection_dim: int = Field(128, ge=1, le=MAX_WIDTH)
+    projection_width: Width = 256
+    projection_dim: Width = 128
     mixup: Annotated[MixupAlpha | None, OMIT_IF_DEFAULT] = Field(
         None,
         description="FedBR + Mixup: the real batch mixed with itself at each local step, "

@@ -13,7 +13,16 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_COUNT, OMIT_IF_DEFAULT, InputError, MethodConfig, Spec
+from fedhet.plugin import (
+    MAX_COUNT,
+    OMIT_IF_DEFAULT,
+    Count,
+    Epochs,
+    InputError,
+    LearningRate,
+    MethodConfig,
+    Spec,
+)
 
 
 class FedDFConfig(MethodConfig):
@@ -33,29 +42,23 @@ class FedDFConfig(MethodConfig):
         description="distillation steps after each round's average (official "
         "total_n_server_pseudo_batches); 0 is FedAvg",
     )
-    batch_size: int = Field(128, ge=1, le=MAX_COUNT, description="server inputs per step")
-    lr: float = Field(1e-3, gt=0, description="the student's Adam learning rate (cosine to 0)")
+    batch_size: Count = Field(128, description="server inputs per step")
+    lr: LearningRate = Field(1e-3, description="the student's Adam learning rate (cosine to 0)")
     temperature: float = Field(1.0, gt=0, description="softmax temperature of the KL loss")
     ensemble: Literal["logits", "probs"] = Field(
         "logits",
         description="the teacher: softmax of the clients' mean logits (the paper's Algorithm 1, "
         "the official runs' avg_logits), or the mean of their softmax outputs",
     )
-    eval_every: int = Field(
-        100, ge=1, le=MAX_COUNT, description="steps between the student's validation checks"
-    )
-    patience: int | None = Field(
+    eval_every: Count = Field(100, description="steps between the student's validation checks")
+    patience: Count | None = Field(
         1000,
-        ge=1,
-        le=MAX_COUNT,
         description="stop this many steps after the best validation accuracy and keep the best "
         "student (needs data.validation); null: every step, the last student",
     )
 
-    local_epochs: Annotated[float | None, OMIT_IF_DEFAULT] = Field(
+    local_epochs: Annotated[Epochs | None, OMIT_IF_DEFAULT] = Field(
         None,
-        gt=0,
-        le=MAX_COUNT,
         description="each sampled client's local epochs a round, replacing the federation's "
         "local work for FedDF alone (FedDF's official runs: 40); null: the federation's, as "
         "every other row of the comparison",

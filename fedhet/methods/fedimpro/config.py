@@ -6,7 +6,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fedhet.plugin import OMIT_IF_DEFAULT, Count, InputError, MethodConfig
+from fedhet.plugin import OMIT_IF_DEFAULT, Count, InputError, MethodConfig, Momentum, Weight
 
 Objective = Literal["official", "mixture"]
 Source = Literal["global", "client"]
@@ -25,10 +25,8 @@ class FedImproConfig(MethodConfig):
         "lists them); default: the middle one (ResNet: layer2, as the paper; simple_cnn: conv2, "
         "after the conv layers; mlp: hidden1)",
     )
-    momentum: float = Field(
+    momentum: Momentum = Field(
         0.9,
-        ge=0,
-        lt=1,
         description="moving-average momentum of the client statistics (Eq. 7); 0 replaces "
         "them with each batch's (the authors' code); unused with rate_samples",
     )
@@ -51,8 +49,8 @@ class FedImproConfig(MethodConfig):
         description="official: CE(real) + w CE(sampled) (the authors' experiments); mixture: "
         "Theorem 4.2's sample-weighted mixture, low-level gradient of the plain CE",
     )
-    weight: float = Field(
-        1.0, ge=0, description="weight w of the sampled features (at the ramp's end); 0 is FedAvg"
+    weight: Weight = Field(
+        1.0, description="weight w of the sampled features (at the ramp's end); 0 is FedAvg"
     )
     ramp_rounds: Count | None = Field(
         500,

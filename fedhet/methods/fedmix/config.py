@@ -6,16 +6,14 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import Count, MethodConfig
+from fedhet.plugin import Count, MethodConfig, Share
 
 
 class FedMixConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.fedmix.algorithm:FedMix"
     display_name: ClassVar[str | None] = "FedMix"
     name: Literal["fedmix"] = "fedmix"
-    lam: float = Field(
-        0.1, gt=0, lt=1, description="lambda, the weight of the other clients' means (0.1)"
-    )
+    lam: Share = Field(0.1, description="lambda, the weight of the other clients' means (0.1)")
     mean_size: Count = Field(10, description="M: the samples averaged into each shared mean (10)")
     derivative: Literal["batch_mean", "sample"] = Field(
         "batch_mean",

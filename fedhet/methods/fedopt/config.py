@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import InputError, MethodConfig
+from fedhet.plugin import InputError, LearningRate, MethodConfig, Momentum
 
 
 class _FedOptConfig(MethodConfig):
@@ -19,15 +19,13 @@ class _FedOptConfig(MethodConfig):
     accepts_objectives: ClassVar[bool] = True  # the client side is FedAvg's
     adaptive: ClassVar[bool] = True  # keeps a second moment v (FedAvgM does not)
 
-    server_lr: float = Field(
-        0.1, gt=0, description="eta: the server optimizer's learning rate (constant over rounds)"
+    server_lr: LearningRate = Field(
+        0.1, description="eta: the server optimizer's learning rate (constant over rounds)"
     )
 
 
 class _AdaptiveConfig(_FedOptConfig):
-    beta1: float = Field(
-        0.9, ge=0, lt=1, description="beta_1: decay of the first moment m (0: no momentum)"
-    )
+    beta1: Momentum = Field(0.9, description="beta_1: decay of the first moment m (0: no momentum)")
     tau: float = Field(
         1e-3, gt=0, description="tau: the adaptivity (added to sqrt(v) in the denominator)"
     )
@@ -69,10 +67,8 @@ class FedYogiConfig(_SecondMomentDecay):
 class FedAdagradConfig(_AdaptiveConfig):
     display_name: ClassVar[str | None] = "FedAdagrad"
     name: Literal["fedadagrad"] = "fedadagrad"
-    beta1: float = Field(
+    beta1: Momentum = Field(
         0.0,
-        ge=0,
-        lt=1,
         description="beta_1: decay of the first moment m (0, the default: none, as Keras Adagrad "
         "in the authors' experiments; Alg. 2 allows one)",
     )
@@ -82,11 +78,10 @@ class FedAvgMConfig(_FedOptConfig):
     adaptive: ClassVar[bool] = False
     display_name: ClassVar[str | None] = "FedAvgM"
     name: Literal["fedavgm"] = "fedavgm"
-    server_lr: float = Field(
+    server_lr: LearningRate = Field(
         1.0,
-        gt=0,
         description="eta: the server's learning rate (1: Hsu et al.'s w <- w - v; constant)",
     )
-    server_momentum: float = Field(
-        0.9, ge=0, lt=1, description="beta: the server's momentum, v <- beta v + pseudo-gradient"
+    server_momentum: Momentum = Field(
+        0.9, description="beta: the server's momentum, v <- beta v + pseudo-gradient"
     )

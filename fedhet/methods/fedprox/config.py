@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
-
-from fedhet.plugin import MethodConfig
+from fedhet.plugin import MethodConfig, Weight
 
 
 class FedProxConfig(MethodConfig):
@@ -14,4 +12,4 @@ class FedProxConfig(MethodConfig):
     accepts_objectives: ClassVar[bool] = True
     display_name: ClassVar[str | None] = "FedProx"
     name: Literal["fedprox"] = "fedprox"
-    mu: float = Field(0.01, ge=0)
+    mu: Weight = 0.01

@@ -6,16 +6,15 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_WIDTH, OMIT_IF_DEFAULT, MethodConfig
+from fedhet.plugin import OMIT_IF_DEFAULT, MethodConfig, Weight, Width
 
 
 class MoonConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.moon.algorithm:Moon"
     display_name: ClassVar[str | None] = "MOON"
     name: Literal["moon"] = "moon"
-    mu: float = Field(
+    mu: Weight = Field(
         1.0,
-        ge=0,
         description="weight of the model-contrastive term (official code's default 1; the paper "
         "tunes it in {0.1, 1, 5, 10}; FedBR's baseline hard-codes 0.01)",
     )
@@ -28,8 +27,8 @@ class MoonConfig(MethodConfig):
         "whose output is the representation (the paper, FedBR's baseline); none: the model "
         "unchanged, the representation its penultimate features",
     )
-    projection_width: Annotated[int, OMIT_IF_DEFAULT] = Field(
-        256, ge=1, le=MAX_WIDTH, description="hidden width of the projection head (FedBR's 256)"
+    projection_width: Annotated[Width, OMIT_IF_DEFAULT] = Field(
+        256, description="hidden width of the projection head (FedBR's 256)"
     )
 
     def settings(self) -> list[str]:

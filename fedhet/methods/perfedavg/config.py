@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MethodConfig
+from fedhet.plugin import LearningRate, MethodConfig
 
 
 class PerFedAvgConfig(MethodConfig):
@@ -19,8 +19,8 @@ class PerFedAvgConfig(MethodConfig):
     variant: Literal["fo", "hf"] = Field(
         "fo", description="fo: first-order (2 batches a step); hf: Hessian-free (3 batches)"
     )
-    alpha: float = Field(
-        0.01, gt=0, description="the adaptation step size (inside each step and at evaluation)"
+    alpha: LearningRate = Field(
+        0.01, description="the adaptation step size (inside each step and at evaluation)"
     )
     delta: float = Field(
         0.001, gt=0, description="hf: the finite difference of the Hessian-vector product"

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import Count, InputError, OwnModelsConfig
+from fedhet.plugin import Count, InputError, LearningRate, OwnModelsConfig, Weight
 
 
 class PFedMeConfig(OwnModelsConfig):
@@ -14,13 +14,10 @@ class PFedMeConfig(OwnModelsConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.pfedme.algorithm:PFedMe"
     display_name: ClassVar[str | None] = "pFedMe"
     name: Literal["pfedme"] = "pfedme"
-    lam: float = Field(
-        15.0, ge=0, description="lambda: the Moreau envelope's pull of theta towards w"
-    )
+    lam: Weight = Field(15.0, description="lambda: the Moreau envelope's pull of theta towards w")
     inner_steps: Count = Field(5, description="K: gradient steps solving each inner problem")
-    personal_lr: float = Field(
+    personal_lr: LearningRate = Field(
         0.09,
-        gt=0,
         description="the inner problem's step size (the official personal_learning_rate)",
     )
     beta: float = Field(

@@ -6,14 +6,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from fedhet.plugin import MAX_SEED, OMIT_IF_DEFAULT, Count, Section
+from fedhet.plugin import MAX_SEED, OMIT_IF_DEFAULT, Count, LearningRate, Section
 
 
 class Stage1Spec(Section):
     """Stage 1: FedAvg with the spec's federation settings, except what is set here."""
 
     rounds: Count | None = Field(None, description="T1; default: federation.rounds - stage2.rounds")
-    lr: float | None = Field(None, gt=0)
+    lr: LearningRate | None = None
     local_epochs: float | None = Field(None, gt=0)
     local_steps: Count | None = None
     batch_size: Count | None = None
@@ -38,7 +38,7 @@ class Stage2Spec(Section):
     algorithm: Literal["scaffold", "fedavg", "gd"] = "scaffold"
     rounds: Count = Field(100, description="T2")
     local_steps: Count = Field(500, description="M, full-batch steps per round")
-    lr: float = Field(5e-5, gt=0, description="eta")
+    lr: LearningRate = Field(5e-5, description="eta")
     solver: Annotated[Literal["closed_form", "explicit"], OMIT_IF_DEFAULT] = Field(
         "closed_form",
         description="closed_form: each round's M local steps exactly, from one factorization "

@@ -3,7 +3,7 @@ and the weights of the objective's terms; and what it plans (the `virtual` stage
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -20,6 +20,8 @@ from fedhet.plugin import (
     Section,
     Spec,
     StageNode,
+    Weight,
+    Width,
     data_shape,
     refuse_text,
 )
@@ -30,18 +32,14 @@ class _GeneratorSpec(Section):
         200, ge=2, le=MAX_COUNT, description="virtual images per class (official: 200)"
     )
 
-    def options(self) -> dict[str, Any]:
-        """Keyword options of `fedhet.methods.vhl.generators.generate` for this generator."""
-        return self.model_dump(exclude={"kind", "per_class"})
-
 
 class StyleGAN2Spec(_GeneratorSpec):
     """Untrained StyleGAN2; class k's latents z ~ N(mu_k, latent_std^2), mu_k ~ N(0, 0.5^2)."""
 
     kind: Literal["stylegan2"] = "stylegan2"
-    style_dim: int = Field(64, ge=1, le=MAX_WIDTH)
+    style_dim: Width = 64
     mapping_layers: int = Field(1, ge=0, le=MAX_LAYERS)
-    channels: int = Field(64, ge=1, le=MAX_WIDTH, description="feature width (official code: 512)")
+    channels: Width = Field(64, description="feature width (official code: 512)")
     noise_strength: float = Field(
         0.0,
         ge=0,
@@ -65,8 +63,8 @@ class ConvSpec(_GeneratorSpec):
     """One randomly initialized small conv generator per class."""
 
     kind: Literal["conv"] = "conv"
-    z_dim: int = Field(64, ge=1, le=MAX_WIDTH)
-    channels: int = Field(32, ge=1, le=MAX_WIDTH)
+    z_dim: Width = 64
+    channels: Width = 32
 
 
 GeneratorSpec = Annotated[StyleGAN2Spec | NoiseSpec | ConvSpec, Field(discriminator="kind")]
@@ -113,10 +111,10 @@ class VHLSpec(ObjectiveConfig):
         "over all outputs, virtual classes included (a virtual prediction counts as wrong), "
         "as the authors' test accuracy",
     )
-    alpha: float = Field(1.0, ge=0, description="weight of the cross-entropy on virtual data")
-    lam: float = Field(1.0, ge=0, description="weight of the calibration term")
-    virtual_supcon: float = Field(
-        0.1, ge=0, description="weight of SupCon over the virtual features alone (official code)"
+    alpha: Weight = Field(1.0, description="weight of the cross-entropy on virtual data")
+    lam: Weight = Field(1.0, description="weight of the calibration term")
+    virtual_supcon: Weight = Field(
+        0.1, description="weight of SupCon over the virtual features alone (official code)"
     )
     temperature: float = Field(0.07, gt=0, description="SupCon temperature")
     vfa_std: float = Field(0.05, gt=0, description="vfa: std of the per-class Gaussians")

@@ -7,12 +7,12 @@ Three generators (VHL Sec. 5.4, App. C.3), each deterministic given a seed:
   bilinearly into colour blocks.
 - `conv`: one randomly initialized small conv generator per class, fed N(0, I) noise.
 
-`generate` returns images class by class (labels 0..num_classes-1, `per_class` each),
+Each takes its spec (fedhet.methods.vhl.config: the options and their defaults, declared there
+only). `generate` returns images class by class (labels 0..num_classes-1, `per_class` each),
 standardized per channel over the whole set to match normalized natural data, or (scale
 `clamp`, the authors' loader) clamped to [0, 1] and mapped by (x - 0.5) / 0.25.
 """
 
-import inspect
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedhet.methods.vhl.config import ConvSpec, GeneratorSpec, NoiseSpec, StyleGAN2Spec
 from fedhet.methods.vhl.stylegan2 import StyleGAN2Config, StyleGAN2Generator
 from fedhet.plugin import InputError
 
-GeneratorKind = Literal["stylegan2", "noise", "conv"]
 VirtualScale = Literal["standardize", "clamp"]
 CLAMP_MEAN, CLAMP_STD = 0.5, 0.25  # the authors' Normalize of their [0, 1] virtual images
 Shape = tuple[int, int, int]
@@ -53,24 +53,13 @@ def _in_batches(network: Callable[..., Tensor], inputs: list[Tensor], batch_size
 
 
 def stylegan2_images(
-    num_classes: int,
-    per_class: int,
-    shape: Shape,
-    seed: int,
-    *,
-    style_dim: int = 64,
-    mapping_layers: int = 1,
-    channels: int = 64,
-    noise_strength: float = 0.0,
-    class_mean_std: float = 0.5,
-    latent_std: float = 0.3,
-    batch_size: int = 256,
+    spec: StyleGAN2Spec, num_classes: int, shape: Shape, seed: int, batch_size: int
 ) -> Tensor:
     """Raw images from one untrained StyleGAN2 shared by all classes.
 
     Class k's noise maps at layer l are N(m_k[l], (0.1 / L)^2) with m_k a random unit vector
     over the L layers (official code; it additionally optimizes the m_k for diversity, which
-    is skipped here). The noise enters scaled by `noise_strength`: 0 by default, as the
+    is skipped here). The noise enters scaled by `spec.noise_strength`: 0 by default, as the
     official untrained generator, whose noise-injection weights are initialised to zero; a
     positive value lets the per-class noise act as the paper describes.
     """
@@ -79,16 +68,16 @@ def stylegan2_images(
         height=height,
         width=width,
         out_channels=channels_out,
-        style_dim=style_dim,
-        mapping_layers=mapping_layers,
-        channels=channels,
-        noise_strength=noise_strength,
+        style_dim=spec.style_dim,
+        mapping_layers=spec.mapping_layers,
+        channels=spec.channels,
+        noise_strength=spec.noise_strength,
     )
     weight_seq, stats_seq, *class_seqs = np.random.SeedSequence(seed).spawn(2 + num_classes)
     network = StyleGAN2Generator(config, _derived_seed(weight_seq))
     noise_shapes = network.noise_shapes()
     stats = _torch_generator(stats_seq)
-    style_means = class_mean_std * torch.randn(num_classes, style_dim, generator=stats)
+    style_means = spec.class_mean_std * torch.randn(num_classes, spec.style_dim, generator=stats)
     noise_means = F.normalize(torch.randn(num_classes, len(noise_shapes), generator=stats), dim=1)
     noise_std = 0.1 / len(noise_shapes)
 
@@ -98,37 +87,29 @@ def stylegan2_images(
     images = []
     for k, class_seq in enumerate(class_seqs):
         draw = _torch_generator(class_seq)
-        z = style_means[k] + latent_std * torch.randn(per_class, style_dim, generator=draw)
+        latents = torch.randn(spec.per_class, spec.style_dim, generator=draw)
+        z = style_means[k] + spec.latent_std * latents
         noises = [
-            noise_means[k, layer] + noise_std * torch.randn(per_class, 1, h, w, generator=draw)
+            noise_means[k, layer] + noise_std * torch.randn(spec.per_class, 1, h, w, generator=draw)
             for layer, (h, w) in enumerate(noise_shapes)
         ]
         images.append(_in_batches(synthesize, [z, *noises], batch_size))
     return torch.cat(images)
 
 
-def noise_images(
-    num_classes: int,
-    per_class: int,
-    shape: Shape,
-    seed: int,
-    *,
-    low_resolution: int = 8,
-    class_mean_std: float = 1.0,
-    sample_std: float = 0.5,
-) -> Tensor:
+def noise_images(spec: NoiseSpec, num_classes: int, shape: Shape, seed: int) -> Tensor:
     """Raw images: class mean image ~ N(0, class_mean_std^2) at low resolution, plus
     N(0, sample_std^2) per sample, bilinearly upsampled (official: 8x8, std 1 and 0.5)."""
     channels, height, width = shape
-    low_shape = (channels, low_resolution, low_resolution)
+    low_shape = (channels, spec.low_resolution, spec.low_resolution)
     means_seq, *class_seqs = np.random.SeedSequence(seed).spawn(1 + num_classes)
-    class_means = class_mean_std * torch.randn(
+    class_means = spec.class_mean_std * torch.randn(
         num_classes, *low_shape, generator=_torch_generator(means_seq)
     )
     images = []
     for k, class_seq in enumerate(class_seqs):
-        noise = torch.randn(per_class, *low_shape, generator=_torch_generator(class_seq))
-        images.append(class_means[k] + sample_std * noise)
+        noise = torch.randn(spec.per_class, *low_shape, generator=_torch_generator(class_seq))
+        images.append(class_means[k] + spec.sample_std * noise)
     return F.interpolate(
         torch.cat(images), size=(height, width), mode="bilinear", align_corners=False
     )
@@ -178,30 +159,16 @@ class ConvGenerator(torch.nn.Module):
 
 
 def conv_images(
-    num_classes: int,
-    per_class: int,
-    shape: Shape,
-    seed: int,
-    *,
-    z_dim: int = 64,
-    channels: int = 32,
-    batch_size: int = 256,
+    spec: ConvSpec, num_classes: int, shape: Shape, seed: int, batch_size: int
 ) -> Tensor:
     """Raw images: class k's own randomly initialized ConvGenerator applied to z ~ N(0, I)."""
     images = []
     for class_seq in np.random.SeedSequence(seed).spawn(num_classes):
         weight_seq, latent_seq = class_seq.spawn(2)
-        network = ConvGenerator(z_dim, channels, shape, _torch_generator(weight_seq))
-        z = torch.randn(per_class, z_dim, generator=_torch_generator(latent_seq))
+        network = ConvGenerator(spec.z_dim, spec.channels, shape, _torch_generator(weight_seq))
+        z = torch.randn(spec.per_class, spec.z_dim, generator=_torch_generator(latent_seq))
         images.append(_in_batches(network, [z], batch_size))
     return torch.cat(images)
-
-
-_SAMPLERS: dict[str, Callable[..., Tensor]] = {
-    "stylegan2": stylegan2_images,
-    "noise": noise_images,
-    "conv": conv_images,
-}
 
 
 def standardize_channels(images: Tensor) -> Tensor:
@@ -216,52 +183,44 @@ def clamp_scaled(images: Tensor) -> Tensor:
     return (images.clamp(0, 1) - CLAMP_MEAN) / CLAMP_STD
 
 
-def _check_request(
-    kind: str, num_classes: int, per_class: int, shape: Shape, options: dict
-) -> None:
-    if kind not in _SAMPLERS:
-        raise InputError(f"virtual generator '{kind}': use one of {', '.join(_SAMPLERS)}")
-    if num_classes < 1 or per_class < 1:
-        raise InputError(
-            f"virtual num_classes={num_classes}, per_class={per_class}: both must be >= 1"
-        )
+def _check_request(num_classes: int, shape: Shape, batch_size: int) -> None:
+    if num_classes < 1:
+        raise InputError(f"virtual num_classes={num_classes}: must be >= 1")
     if len(shape) != 3 or shape[0] < 1 or min(shape[1:]) < 4:
         raise InputError(
             f"virtual shape {tuple(shape)}: use (channels >= 1, height >= 4, width >= 4)"
         )
-    allowed = [
-        name
-        for name, parameter in inspect.signature(_SAMPLERS[kind]).parameters.items()
-        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
-    ]
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise InputError(
-            f"virtual generator '{kind}' has no option {', '.join(unknown)}: "
-            f"use {', '.join(allowed)}"
-        )
-    if options.get("batch_size", 1) < 1:
-        raise InputError(f"virtual batch_size = {options['batch_size']}: use an integer >= 1")
+    if batch_size < 1:
+        raise InputError(f"virtual batch_size = {batch_size}: use an integer >= 1")
+
+
+def _raw_images(
+    spec: GeneratorSpec, num_classes: int, shape: Shape, seed: int, batch_size: int
+) -> Tensor:
+    if isinstance(spec, StyleGAN2Spec):
+        return stylegan2_images(spec, num_classes, shape, seed, batch_size)
+    if isinstance(spec, NoiseSpec):
+        return noise_images(spec, num_classes, shape, seed)
+    return conv_images(spec, num_classes, shape, seed, batch_size)
 
 
 def generate(
-    kind: GeneratorKind,
+    spec: GeneratorSpec,
     num_classes: int,
-    per_class: int,
     shape: Shape,
     seed: int,
     scale: VirtualScale = "standardize",
-    **options: float | int,
+    batch_size: int = 256,
 ) -> tuple[Tensor, Tensor]:
-    """Virtual dataset of `num_classes * per_class` images of `shape` (C, H, W), class-major.
+    """Virtual dataset of `num_classes * spec.per_class` images of `shape` (C, H, W), drawn by
+    the generator `spec` describes, class-major.
 
-    Returns (images N x C x H x W in the given `scale`, int64 labels N). `options` go to
-    the kind's generator function (e.g. `channels=32` for stylegan2); unknown ones are an
-    InputError. The result depends only on the arguments, not on `batch_size`.
+    Returns (images N x C x H x W in the given `scale`, int64 labels N). The result depends only
+    on the arguments, not on `batch_size` (the images a network draws at once).
     """
-    _check_request(kind, num_classes, per_class, shape, options)
-    images = _SAMPLERS[kind](num_classes, per_class, tuple(shape), seed, **options)
-    labels = torch.arange(num_classes).repeat_interleave(per_class)
+    _check_request(num_classes, shape, batch_size)
+    images = _raw_images(spec, num_classes, tuple(shape), seed, batch_size)
+    labels = torch.arange(num_classes).repeat_interleave(spec.per_class)
     scaled = standardize_channels(images) if scale == "standardize" else clamp_scaled(images)
     return scaled, labels
 

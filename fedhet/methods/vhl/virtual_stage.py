@@ -27,15 +27,8 @@ from fedhet.plugin import RunContext, StageNode, create_array, stage
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
     cfg = node.config
     generator = TypeAdapter(GeneratorSpec).validate_python(cfg["generator"])
-    images, labels = generate(
-        generator.kind,
-        cfg["classes"],
-        generator.per_class,
-        tuple(cfg["shape"]),
-        cfg["seed"],
-        cfg.get("scale", "standardize"),
-        **generator.options(),
-    )
+    scale = cfg.get("scale", "standardize")
+    images, labels = generate(generator, cfg["classes"], tuple(cfg["shape"]), cfg["seed"], scale)
     chunks = (generator.per_class, *images.shape[1:])  # one chunk per class
     create_array(out, "images", data=images.numpy(), chunks=chunks)
     create_array(out, "labels", data=labels.numpy().astype(np.int64))
