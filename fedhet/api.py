@@ -13,6 +13,8 @@ them.
     experiment.personalized()        # with eval.client_test: a row per run, each client's own
                                      # model on its own test split, and the global model
     experiment.report("report")      # what `fedhet report` writes
+    experiment.keys()                # every stage's key, as `fedhet spec hash` prints them
+    fedhet.artifacts("artifacts").verify()   # what `fedhet artifacts verify` finds, a row each
 
 Accuracies are in percent, in columns named `..._pct`, as in every table of the command line;
 differences of accuracies in percentage points (`unit` "points"), and so is `floor`
@@ -21,9 +23,11 @@ takes it). Failures are fedhet's own errors (fedhet.core.errors) with the comman
 messages, naming the Python call and arguments instead of the command and options: reading a run
 that is not stored raises InputError, reading a damaged artifact DamagedArtifactError.
 
-Every command of the command line does its work through the same `Session` (fedhet.session,
-whose rows hold stored quantities: accuracies as fractions), opened by `open_session`, so the
-command line and this module refuse the same inputs with the same messages. Light to import:
+Every command of the command line does its work through the same sessions: `fedhet spec`'s
+through a `SpecSession` (fedhet.spec_session), the other commands of a spec through a
+`Session` (fedhet.session, whose rows hold stored quantities: accuracies as fractions), `fedhet
+artifacts`' through a `StoreSession` (fedhet.store_session), so the command line and this module
+refuse the same inputs with the same messages. Light to import:
 pandas and what computes are imported on first use.
 """
 
