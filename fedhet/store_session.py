@@ -71,13 +71,16 @@ class StoreSession:
         group = self.store.open(info.stage, info.key)
         attributes = {k: v for k, v in info.attrs.items() if k not in (*INTEGRITY, "environment")}
         environment = info.attrs.get("environment")
-        table = [
-            {"name": name, "shape": a.shape, "chunks": a.chunks, "dtype": str(a.dtype)}
-            for name, a in arrays(group)
-        ]
-        described_environment = described(environment) if environment else {}
         return ArtifactView(
-            info.stage, info.key, info.path, attributes, described_environment, table
+            info.stage,
+            info.key,
+            info.path,
+            attributes,
+            described(environment) if environment else {},
+            [
+                {"name": name, "shape": a.shape, "chunks": a.chunks, "dtype": str(a.dtype)}
+                for name, a in arrays(group)
+            ],
         )
 
     def verified(self, key: str | None = None) -> Iterator[Row]:
