@@ -13,6 +13,8 @@ them.
     experiment.personalized()        # with eval.client_test: a row per run, each client's own
                                      # model on its own test split, and the global model
     experiment.report("report")      # what `fedhet report` writes
+    experiment.keys()                # every stage's key, as `fedhet spec hash` prints them
+    fedhet.artifacts("artifacts").verify()   # what `fedhet artifacts verify` finds, a row each
 
 Accuracies are in percent, in columns named `..._pct`, as in every table of the command line;
 differences of accuracies in percentage points (`unit` "points"), and so is `floor`
@@ -21,15 +23,17 @@ takes it). Failures are fedhet's own errors (fedhet.core.errors) with the comman
 messages, naming the Python call and arguments instead of the command and options: reading a run
 that is not stored raises InputError, reading a damaged artifact DamagedArtifactError.
 
-Every command of the command line does its work through the same `Session` (fedhet.session,
-whose rows hold stored quantities: accuracies as fractions), opened by `open_session`, so the
-command line and this module refuse the same inputs with the same messages. Light to import:
+Every command of the command line does its work through the same sessions: `fedhet spec`'s
+through a `SpecSession` (fedhet.spec_session), the other commands of a spec through a
+`Session` (fedhet.session, whose rows hold stored quantities: accuracies as fractions), `fedhet
+artifacts`' through a `StoreSession` (fedhet.store_session), so the command line and this module
+refuse the same inputs with the same messages. Light to import:
 pandas and what computes are imported on first use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,8 +43,11 @@ from rich.console import Console
 from fedhet.core import units
 from fedhet.core.errors import DivergedError
 from fedhet.core.sealed import damage_named
+from fedhet.core.store import GRACE_S
 from fedhet.execution.caller import Voice
-from fedhet.session import ModelChoice, Session, checked, open_session
+from fedhet.session import ModelChoice, Session, open_session
+from fedhet.spec_session import SpecSession, checked, open_spec_session
+from fedhet.store_session import ArtifactView, StoreSession, open_store
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,6 +86,9 @@ class PythonVoice(Voice):
 
     def setting(self, name: str, value: object) -> str:
         return f"{name}={value!r}"
+
+    def flag(self, name: str) -> str:
+        return f"{name}=True"
 
     def train_first(self, reader: str) -> str:
         return f"call `{self.call}.train()` first or pass {reader}(train=True)"
@@ -177,6 +187,20 @@ class Experiment(Session):
 
         return pd.DataFrame(self.paired_rows(baseline, train, floor))
 
+    def show(self) -> dict[str, Any]:
+        """The spec with every default filled in, less the fields that do not apply to the
+        chosen model and partition: what `fedhet spec show` prints (the model's split points
+        are `.spec.model.split_points()`)."""
+        return self.filled()
+
+    def keys(self) -> pd.DataFrame:
+        """What `fedhet spec hash` prints: a row per run and stage, `run` (its place among the
+        spec's runs, from 0), `label` (the run's), `stage` and `key`, each run's stages from the
+        first upstream to the run's own."""
+        import pandas as pd
+
+        return pd.DataFrame(self.key_rows(), columns=["run", "label", "stage", "key"])
+
     @damage_named()
     def personalized(self, train: bool = False) -> pd.DataFrame:
         """With `eval.client_test`, a row per run: each client's own final model on its own test
@@ -187,4 +211,96 @@ class Experiment(Session):
         return _frame(self.personalized_rows(train))
 
 
-__all__ = ["Experiment", "PythonVoice", "Session", "checked", "load", "open_session"]
+def artifacts(store: str | Path | None = None) -> Artifacts:
+    """The artifact store `store`, a folder or `s3://BUCKET/PREFIX` (default: FEDHET_STORE or
+    ./artifacts), to list, show, verify, prune, copy and collect as `fedhet artifacts` does;
+    InputError for an object store that cannot be reached."""
+    call = f"fedhet.artifacts({'' if store is None else repr(str(store))})"
+    return open_store(store, PythonVoice(call), kind=Artifacts)
+
+
+class Artifacts(StoreSession):
+    """An artifact store (`fedhet.artifacts`): the session `fedhet artifacts` works through,
+    its tables as DataFrames. A key may be a prefix, or `stage/prefix`, naming one artifact."""
+
+    @damage_named()
+    def ls(
+        self,
+        stage: str | None = None,
+        algorithm: str | None = None,
+        spec: str | Path | Mapping[str, Any] | None = None,
+    ) -> pd.DataFrame:
+        """What `fedhet artifacts ls` lists, a row per artifact: `stage`, `key`, `label`,
+        `algorithm`, `size` (bytes), `created`; only `stage`'s, `algorithm`'s or the stages of
+        the runs of `spec` (a file or a mapping, checked as `fedhet.load` checks it)."""
+        import pandas as pd
+
+        runs = None if spec is None else open_spec_session(spec, (), self.wording, _stderr())
+        columns = ["stage", "key", "label", "algorithm", "size", "created"]
+        return pd.DataFrame(self.ls_rows(stage, algorithm, runs), columns=columns)
+
+    @damage_named()
+    def show(self, key: str) -> ArtifactView:
+        """What `fedhet artifacts show` prints of one artifact: its attributes, the
+        environment it was computed in and its arrays."""
+        return self.view(key)
+
+    def verify(self, key: str | None = None) -> pd.DataFrame:
+        """What `fedhet artifacts verify` prints: every artifact's (or `key`'s) checksums
+        recomputed, a row each, `stage`, `key`, `problems` (empty when intact), `status`."""
+        return _table(self.verified(key), ["stage", "key", "problems", "status"])
+
+    def rm(self, *keys: str, cascade: bool = False) -> pd.DataFrame:
+        """Remove artifacts as `fedhet artifacts rm` does: one that a stored artifact was built
+        on only with `cascade` (which removes those too); a row per artifact removed."""
+        return _table(self.removed(keys, cascade), ["stage", "key", "label"])
+
+    def push(self, destination: str | Path) -> pd.DataFrame:
+        """Copy every artifact missing from the store `destination` into it, bit for bit
+        (`fedhet artifacts push`); a row per artifact copied."""
+        into = open_store(destination, self.wording)
+        return _table(self.copied_to(into), ["stage", "key", "label"])
+
+    def pull(self, source: str | Path) -> pd.DataFrame:
+        """Copy every artifact of the store `source` missing from this one, bit for bit
+        (`fedhet artifacts pull`); a row per artifact copied."""
+        return _table(open_store(source, self.wording).copied_to(self), ["stage", "key", "label"])
+
+    def gc(self, dry_run: bool = False, grace: float = GRACE_S) -> pd.DataFrame:
+        """Remove what `fedhet artifacts gc` removes (with `dry_run`, nothing); a row per
+        location, `path`."""
+        return _table(({"path": p} for p in self.collected(dry_run, grace)), ["path"])
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of specs, what `fedhet spec schema` prints."""
+    from fedhet.core.spec import json_schema
+
+    return json_schema()
+
+
+def _table(rows: Iterable[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(list(rows), columns=columns)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True)
+
+
+__all__ = [
+    "ArtifactView",
+    "Artifacts",
+    "Experiment",
+    "PythonVoice",
+    "Session",
+    "SpecSession",
+    "artifacts",
+    "checked",
+    "load",
+    "open_session",
+    "open_spec_session",
+    "open_store",
+    "schema",
+]

@@ -3,7 +3,8 @@ over an artifact store, its runs trained, planned, tuned, read, evaluated and re
 of stored quantities (accuracies as fractions of 1). The command line (fedhet.cli) prints them as
 tables, the Python API (fedhet.api) returns them as DataFrames; both open a session through
 `open_session`, so both refuse the same inputs with the same one-line messages, worded in the
-caller's `Voice` (command-line options, or Python arguments).
+caller's `Voice` (command-line options, or Python arguments). A session is a spec session
+(fedhet.spec_session: the spec's runs, its filled-in form and keys) over a store.
 
 Light to import: what computes (torch, the reports) is imported when a method runs.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -25,7 +25,7 @@ from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 from fedhet.core.tune_spec import TuneSpec
 from fedhet.execution.caller import QuietView, Voice
-from fedhet.execution.loading import checked_spec
+from fedhet.spec_session import Rows, SpecSession, checked, located
 
 if TYPE_CHECKING:
     from fedhet.core.errors import FedhetError
@@ -36,30 +36,18 @@ if TYPE_CHECKING:
     from fedhet.reports.export import StoredRun
     from fedhet.tuning.outcome import TuneOutcome
 
-Rows = list[dict[str, Any]]
 S = TypeVar("S", bound="Session")
 ModelChoice = Literal["final", "best"]
 
 
 @dataclass
-class Session:
-    """A checked spec (read from `where`: its file, or "spec" for a mapping) over a store.
-    `voice` words the messages, `console` hears progress notes and `view` shows a sweep of runs
+class Session(SpecSession):
+    """A spec session (the checked spec, the `voice` its messages are worded in, the `console`
+    that hears progress notes) over a store; `view` shows a sweep of runs
     (fedhet.execution.train.View)."""
 
-    spec: Spec
-    where: Path
     store: ArtifactStore
-    voice: Voice
-    console: Console
     view: Callable[[list[Run]], View] = QuietView
-
-    @cached_property
-    def planned(self) -> list[Run]:
-        """The spec's runs (planned on first use: planning imports the methods' code)."""
-        from fedhet.execution.planning import runs_of
-
-        return runs_of(self.spec)
 
     def train_rows(
         self,
@@ -327,22 +315,7 @@ def open_session(
     or ./artifacts), its data read from `data_root` where given; InputError for a spec fedhet
     refuses. `note` hears one line per matrix axis an override replaces."""
     spec = checked(source, overrides, only, data_root, note)
-    where = Path("spec") if isinstance(source, Mapping) else Path(source)
-    return kind(spec, where, ArtifactStore(store), voice, console)
-
-
-def checked(
-    source: str | Path | Mapping[str, Any],
-    overrides: Sequence[str] = (),
-    only: Sequence[str] = (),
-    data_root: Path | None = None,
-    note: Callable[[str], None] = lambda line: None,
-) -> Spec:
-    """`open_session`'s spec alone (no store opened): checked, its data root replaced."""
-    spec = checked_spec(source, overrides, only, note)
-    if data_root is None:
-        return spec
-    return spec.model_copy(update={"data": spec.data.model_copy(update={"root": str(data_root)})})
+    return kind(spec, located(source), voice, console, ArtifactStore(store))
 
 
 def _fraction(points: float | None, default: float) -> float:

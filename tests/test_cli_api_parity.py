@@ -1,19 +1,25 @@
-"""The command line and `fedhet.load` do their work through one session (fedhet.session), so they
-refuse the same specs with the same one-line message: the command line prints it after `error: `
-(exit 2, no traceback), the Python API raises it as InputError. Where a message names what the
-caller can change or do next, each speaks its own language: options and commands on the command
-line, arguments and calls in Python."""
+"""The command line and `fedhet.load` do their work through one session (fedhet.session), and
+`fedhet artifacts` and `fedhet.artifacts` through one store session (fedhet.store_session), so
+they refuse the same inputs with the same one-line message: the command line prints it after
+`error: ` (exit 2, no traceback), the Python API raises it as InputError. Where a message names
+what the caller can change or do next, each speaks its own language: options and commands on the
+command line, arguments and calls in Python. And what one prints, the other returns."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from itertools import groupby
 from pathlib import Path
 
 import pytest
-from conftest import TINY_SPEC, CliRunner, write_spec
+import yaml
+from conftest import TINY_SPEC, CliRunner, flip_a_byte, write_spec
 
-from fedhet import load
+from fedhet import artifacts, load
 from fedhet.core.errors import InputError
+from fedhet.core.store import ArtifactStore
 
 ARRAYS = {"dataset": "arrays", "path": "missing.npz"}
 FEDERATION = TINY_SPEC["federation"]
@@ -60,7 +66,7 @@ def test_the_api_and_the_command_line_refuse_the_same_spec_with_the_same_line(
     write_spec(tmp_path / "bad.yaml", TINY_SPEC | changes)
     store = tmp_path / "store"
     lines = set()
-    for command in (["spec", "validate"], ["train"]):
+    for command in (["spec", "validate"], ["spec", "show"], ["spec", "hash"], ["train"]):
         result = fedhet(*command, "bad.yaml", *overrides, store=store, cwd=tmp_path)
         assert result.rc == 2 and "Traceback" not in result.stderr, result.stderr
         (line,) = result.stderr.strip("\n").splitlines()
@@ -69,12 +75,14 @@ def test_the_api_and_the_command_line_refuse_the_same_spec_with_the_same_line(
     monkeypatch.chdir(tmp_path)
     for call in (
         lambda: load("bad.yaml", *overrides, store=store),
+        lambda: load("bad.yaml", *overrides, store=store).show(),
+        lambda: load("bad.yaml", *overrides, store=store).keys(),
         lambda: train(overrides, store),
     ):
         with pytest.raises(InputError) as refused:
             call()
         lines.add(same_machine(f"error: {refused.value}"))
-    (line,) = lines  # one message, from all four
+    (line,) = lines  # one message, from all eight
     assert named in line
     assert not store.exists()
 
@@ -180,3 +188,136 @@ def test_an_unwritable_store_is_named_in_each_ones_words(
 def same_machine(message: str) -> str:
     """The message less the memory this machine has free, which changes from call to call."""
     return re.sub(r"[\d,.]+ GiB this machine", "N GiB this machine", message)
+
+
+# --- the store: `fedhet artifacts` and `fedhet.artifacts` ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stored(fedhet: CliRunner, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with tiny.yaml (TINY_SPEC for one round) and store/, its partition and run."""
+    root = tmp_path_factory.mktemp("stored")
+    write_spec(root / "tiny.yaml", TINY_SPEC | {"federation": FEDERATION | {"rounds": 1}})
+    write_spec(root / "bad.yaml", TINY_SPEC | {"federation": FEDERATION | {"bogus": 1}})
+    trained = fedhet("train", "tiny.yaml", "--store", root / "store", cwd=root)
+    assert trained.rc == 0, trained.stderr
+    return root
+
+
+def partition_key(store: Path) -> str:
+    (partition,) = (a for a in ArtifactStore(store).ls() if a.stage == "partition")
+    return partition.key[:10]
+
+
+# (`fedhet artifacts` arguments, the `fedhet.artifacts(store)` call, what both say, or what the
+# command line and Python each say); {partition}: the stored partition's key prefix
+STORE_REFUSALS = {
+    "show of no such key": (
+        ["show", "zzz"],
+        lambda a, _: a.show("zzz"),
+        "no artifact key starts with 'zzz' in {store}",
+    ),
+    "verify of no such key": (
+        ["verify", "zzz"],
+        lambda a, _: a.verify("zzz"),
+        "no artifact key starts with 'zzz' in {store}",
+    ),
+    "rm of no such key": (
+        ["rm", "zzz"],
+        lambda a, _: a.rm("zzz"),
+        "no artifact key starts with 'zzz' in {store}",
+    ),
+    "an ambiguous prefix": (
+        ["show", ""],
+        lambda a, _: a.show(""),
+        "key prefix '' is ambiguous (partition/",
+    ),
+    "ls of a refused spec": (
+        ["ls", "--spec", "bad.yaml"],
+        lambda a, _: a.ls(spec="bad.yaml"),
+        "federation.bogus",
+    ),
+    "rm of what a run is built on": (
+        ["rm", "{partition}"],
+        lambda a, partition: a.rm(partition),
+        "depends on it; remove those too with --cascade, or leave it",
+        "depends on it; remove those too with cascade=True, or leave it",
+    ),
+    "a negative grace": (
+        ["gc", "--grace", "-1"],
+        lambda a, _: a.gc(grace=-1.0),
+        "--grace -1.0: give 0 seconds or more",
+        "grace=-1.0: give 0 seconds or more",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STORE_REFUSALS))
+def test_the_store_commands_and_the_api_refuse_alike(
+    fedhet: CliRunner, stored: Path, monkeypatch: pytest.MonkeyPatch, case: str
+):
+    arguments, call, *words = STORE_REFUSALS[case]
+    store, partition = stored / "store", partition_key(stored / "store")
+    held = ArtifactStore(store).ls()
+    arguments = [a.format(partition=partition) for a in arguments]
+    result = fedhet("artifacts", *arguments, "--store", store, cwd=stored)
+    assert result.rc == 2 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip("\n").splitlines()
+
+    monkeypatch.chdir(stored)
+    with pytest.raises(InputError) as refused:
+        call(artifacts(store), partition)
+    command_line, python = (words * 2)[:2]
+    assert command_line.format(store=store) in line
+    assert python.format(store=store) in str(refused.value)
+    if len(words) == 1:  # nothing to name in each one's words: the very same line
+        assert line == f"error: {refused.value}"
+    else:
+        assert "--" not in str(refused.value)
+    assert ArtifactStore(store).ls() == held  # a refusal removes nothing
+
+
+def test_a_store_url_refused_alike(fedhet: CliRunner, tmp_path: Path):
+    url = "ftp://host/fedhet"
+    result = fedhet("artifacts", "ls", "--store", url, cwd=tmp_path)
+    assert result.rc == 2, result.stderr
+    with pytest.raises(InputError) as refused:
+        artifacts(url)
+    assert result.stderr == f"error: {refused.value}\n"
+    assert "unsupported scheme" in result.stderr
+
+
+def test_the_api_returns_what_the_command_line_prints(
+    fedhet: CliRunner, stored: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """spec hash and show, artifacts ls and a damaged store's verify: the same data both ways."""
+    monkeypatch.chdir(stored)
+    store = tmp_path / "store"
+    shutil.copytree(stored / "store", store)
+    experiment, shelf = load("tiny.yaml", "seed=4", store=store), artifacts(store)
+
+    hashed = fedhet("spec", "hash", "tiny.yaml", "seed=4", cwd=stored)
+    lines = []
+    for _, run in groupby(experiment.keys().itertuples(), key=lambda row: row.run):
+        rows = list(run)
+        lines += [f"# {rows[0].label}", *(f"{r.stage:10s} {r.key}" for r in rows)]
+    assert hashed.rc == 0 and hashed.stdout.splitlines() == lines
+
+    shown = fedhet("spec", "show", "tiny.yaml", "seed=4", cwd=stored)
+    yaml_text, _, split_points = shown.stdout.rpartition("# model split points: ")
+    assert yaml.safe_load(yaml_text) == experiment.show()
+    assert split_points.strip() == ", ".join(experiment.spec.model.split_points())
+
+    listed = fedhet("artifacts", "ls", "--format", "json", "--store", store, cwd=stored)
+    columns = ["stage", "key", "label", "size", "created"]
+    assert json.loads(listed.stdout) == shelf.ls()[columns].to_dict("records")
+
+    (train,) = (a for a in ArtifactStore(store).ls() if a.stage == "train")
+    flip_a_byte(train.path / "model" / "final" / "head.weight")
+    verified = fedhet("artifacts", "verify", "--store", store, cwd=stored)
+    assert verified.rc == 1 and verified.stderr == "error: 1 corrupt artifact\n"
+    found = shelf.verify()
+    assert verified.stdout.splitlines() == [
+        f"{row.stage}/{row.key[:12]}: {row.status}" for row in found.itertuples()
+    ]
+    assert [bool(p) for p in found.problems] == [False, True]  # partition ok, train damaged

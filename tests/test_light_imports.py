@@ -57,3 +57,14 @@ def test_planning_a_stored_spec_imports_no_zarr(fedhet: CliRunner, tmp_path):
     spec, store = write_spec(tmp_path / "spec.yaml", TINY_SPEC), tmp_path / "store"
     assert fedhet("train", spec, store=store).rc == 0
     assert "zarr" not in imported("plan", str(spec), "--store", str(store))
+
+
+def test_the_python_api_imports_no_pandas_torch_or_zarr_at_import():
+    """`import fedhet.api` (and opening a store's session) costs none of the heavy imports:
+    pandas waits for a table, torch for a computation, zarr for an artifact's arrays."""
+    probe = (
+        "import sys, fedhet.api; fedhet.api.artifacts('no-such-store');"
+        "print(sorted({'pandas', 'torch', 'zarr'} & set(sys.modules)))"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr

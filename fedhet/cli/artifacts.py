@@ -1,24 +1,43 @@
-"""`fedhet artifacts`: list, show, verify and remove the store's artifacts, and collect its
-garbage. These commands read the store only (and a spec, for `ls --spec`)."""
+"""`fedhet artifacts`: list, show, verify and remove the store's artifacts, copy them to or from
+another store, and collect its garbage: each command presents what the store's session
+(fedhet.store_session, through fedhet.api) returns. These commands read the store only (and a
+spec, for `ls --spec`)."""
 
 from __future__ import annotations
 
 import inspect
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from fedhet.cli.columns import LS_COLUMNS
-from fedhet.cli.options import FormatOpt, StoreOpt, example, group, load, out
+from fedhet.cli.options import (
+    CommandLineOptions,
+    FormatOpt,
+    SpecArgs,
+    StoreOpt,
+    example,
+    group,
+    out,
+)
 from fedhet.cli.output import Format, show
-from fedhet.core.errors import FedhetError, InputError
-from fedhet.core.sealed import ATTRIBUTES_CHECKSUM, INTEGRITY, arrays
-from fedhet.core.store import GRACE_S, ArtifactStore
+from fedhet.core.errors import FedhetError
+from fedhet.core.store import GRACE_S
+
+if TYPE_CHECKING:
+    from fedhet.store_session import StoreSession
 
 commands = group("Inspect and maintain the artifact store.")
+
+
+def opened(store: str | None) -> StoreSession:
+    """The store's session (fedhet.api), its messages naming options."""
+    from fedhet.api import open_store
+
+    return open_store(store, CommandLineOptions())
 
 
 @commands.command(
@@ -38,26 +57,11 @@ def artifacts_ls(
     store: StoreOpt = None,
 ) -> None:
     """List artifacts by the label of the run (or partition) they belong to."""
-    found = ArtifactStore(store).ls()
-    if spec is not None:
-        loaded = load(spec)
-        from fedhet.execution.planning import runs_of
-
-        keys = {node.key for run in runs_of(loaded) for node in run.node.walk()}
-        found = [a for a in found if a.key in keys]
-    rows = [
-        {
-            "stage": a.stage,
-            "key": a.key if fmt in (Format.csv, Format.json) else a.key[:10],
-            "label": a.attrs.get("label") or a.attrs.get("spec_name", ""),
-            "algorithm": a.attrs.get("spec", {}).get("algorithm", {}).get("name"),
-            "size": a.size,
-            "created": a.attrs.get("created", "")[:16].replace("T", " "),
-        }
-        for a in found
-        if stage in (None, a.stage)
-    ]
-    rows = [r for r in rows if algorithm in (None, r["algorithm"])]
+    session = opened(store)
+    runs = None if spec is None else SpecArgs(spec, [], []).check()
+    rows = session.ls_rows(stage, algorithm, runs)
+    if fmt not in (Format.csv, Format.json):
+        rows = [row | {"key": row["key"][:10]} for row in rows]
     show(out, rows, LS_COLUMNS, fmt)
 
 
@@ -67,22 +71,16 @@ def artifacts_show(
     store: StoreOpt = None,
 ) -> None:
     """Attributes and arrays (shape, chunks, dtype) of one artifact."""
-    st = ArtifactStore(store)
-    info = st.find(key)
-    group = st.open(info.stage, info.key)
-    from fedhet.core.provenance import described
-
-    attrs = {k: v for k, v in info.attrs.items() if k not in (*INTEGRITY, "environment")}
-    out.print(f"[bold]{info.stage}/{info.key}[/bold]  ({info.path})", soft_wrap=True)
-    out.print_json(json.dumps(attrs, default=str))
-    environment = info.attrs.get("environment")
-    if environment:
+    shown = opened(store).view(key)
+    out.print(f"[bold]{shown.stage}/{shown.key}[/bold]  ({shown.path})", soft_wrap=True)
+    out.print_json(json.dumps(shown.attributes, default=str))
+    if shown.environment:
         out.print("[bold]computed in[/bold]")
-        for name, value in described(environment).items():
+        for name, value in shown.environment.items():
             out.print(f"  {name:9s} {value}", markup=False, highlight=False, soft_wrap=True)
     table = Table("array", "shape", "chunks", "dtype")
-    for name, arr in arrays(group):
-        table.add_row(name, str(arr.shape), str(arr.chunks), str(arr.dtype))
+    for row in shown.arrays:
+        table.add_row(row["name"], str(row["shape"]), str(row["chunks"]), row["dtype"])
     out.print(table)
 
 
@@ -95,16 +93,12 @@ def artifacts_verify(
 ) -> None:
     """Recompute every checksum (arrays, their metadata, attributes); exit 1 when anything is
     corrupt."""
-    st = ArtifactStore(store)
-    targets = [st.find(key)] if key else st.ls()
     bad = 0
-    for info in targets:
-        problems = st.verify(info.stage, info.key)
-        status = "ok" if not problems else "CORRUPT: " + "; ".join(problems)
-        if not problems and ATTRIBUTES_CHECKSUM not in info.attrs:
-            status += " (no attribute checksum: an older artifact)"
-        out.print(f"{info.stage}/{info.key[:12]}: {status}", markup=False, soft_wrap=True)
-        bad += bool(problems)
+    for row in opened(store).verified(key):
+        out.print(
+            f"{row['stage']}/{row['key'][:12]}: {row['status']}", markup=False, soft_wrap=True
+        )
+        bad += bool(row["problems"])
     if bad:
         raise FedhetError(f"{bad} corrupt artifact{'s' if bad > 1 else ''}")
 
@@ -121,29 +115,8 @@ def artifacts_rm(
     store: StoreOpt = None,
 ) -> None:
     """Remove artifacts; one that a stored artifact was built on only with --cascade."""
-    st = ArtifactStore(store)
-    targets = {info.key: info for info in map(st.find, keys)}
-    dependents = st.dependents(set(targets))
-    if dependents and not cascade:
-        names = ", ".join(f"{a.stage}/{a.key[:10]}" for a in dependents[:3])
-        more = f" and {len(dependents) - 3} more" if len(dependents) > 3 else ""
-        raise InputError(
-            f"artifacts rm: {names}{more} depend{'s' if len(dependents) == 1 else ''} on it; "
-            "remove those too with --cascade, or leave it"
-        )
-    for info in [*dependents, *targets.values()]:
-        st.remove(info)
-        out.print(f"removed {info.stage}/{info.key[:10]}  {info.attrs.get('label', '')}")
-
-
-def _copy(source: ArtifactStore, destination: ArtifactStore) -> None:
-    from fedhet.core.transfer import copy_artifacts
-
-    copied = 0
-    for info in copy_artifacts(source, destination):
-        out.print(f"copied {info.stage}/{info.key[:12]}  {info.attrs.get('label', '')}")
-        copied += 1
-    out.print(f"{copied} copied to {destination.location}", soft_wrap=True)
+    for row in opened(store).removed(keys, cascade):
+        out.print(f"removed {row['stage']}/{row['key'][:10]}  {row['label']}")
 
 
 def _transfer(name: str, other: str, outward: bool) -> None:
@@ -151,8 +124,13 @@ def _transfer(name: str, other: str, outward: bool) -> None:
     given as the argument `other`) or `pull` (the other's copied into the store)."""
 
     def transfer(store: str | None, **given: str) -> None:
-        ours, theirs = ArtifactStore(store), ArtifactStore(given[other])
-        _copy(*((ours, theirs) if outward else (theirs, ours)))
+        ours, theirs = opened(store), opened(given[other])
+        source, destination = (ours, theirs) if outward else (theirs, ours)
+        copied = 0
+        for row in source.copied_to(destination):
+            out.print(f"copied {row['stage']}/{row['key'][:12]}  {row['label']}")
+            copied += 1
+        out.print(f"{copied} copied to {destination.store.location}", soft_wrap=True)
 
     direction, missing = "into", f"of the store missing from {other.upper()}"
     if not outward:
@@ -185,7 +163,6 @@ def artifacts_gc(
         float,
         typer.Option(
             "--grace",
-            min=0,
             help="on an object store: seconds for which a writer's files without a commit "
             "marker are left alone (it may be at work)",
         ),
@@ -194,7 +171,7 @@ def artifacts_gc(
 ) -> None:
     """Remove temporaries of dead writers, finished checkpoints and stale locks (on an object
     store, on the server too: files without a commit marker, unreferenced objects)."""
-    removed = ArtifactStore(store).gc(dry_run=dry_run, grace_s=grace)
+    removed = opened(store).collected(dry_run, grace)
     verb = "would remove" if dry_run else "removed"
     for path in removed:
         out.print(f"{verb} {path}", soft_wrap=True)

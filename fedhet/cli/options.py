@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from fedhet.core.store import ArtifactStore
     from fedhet.execution.planning import Run
     from fedhet.session import Session
+    from fedhet.spec_session import SpecSession
 
 # Markdown help text: a paragraph's single line breaks are joined, so it rewraps to the
 # terminal's width (the rich mode keeps every source line break of a docstring)
@@ -94,9 +95,12 @@ class SpecArgs:
     overrides: list[str]
     only: list[str]
 
-    def load(self) -> Spec:
-        """The checked spec, no store opened (`fedhet spec`)."""
-        return load(self.path, None, self.overrides, self.only)
+    def check(self) -> SpecSession:
+        """The spec's session with no store (`fedhet spec`), as `open` checks it."""
+        from fedhet.api import open_spec_session
+
+        voice = CommandLine(self.path, self.overrides, None)
+        return open_spec_session(self.path, self.overrides, voice, err, self.only, say)
 
     def open(self, where: Where | None = None) -> Session:
         """The spec's session (fedhet.api), over the --store and --data-root of `where`, its
@@ -112,14 +116,8 @@ class SpecArgs:
         return session
 
 
-@dataclass(frozen=True)
-class CommandLine:
-    """Messages in the command line's words (fedhet.execution.caller.Voice): options, commands to
-    run next with the spec's overrides (and a --store other than the default)."""
-
-    path: Path
-    overrides: list[str]
-    store: str | None
+class CommandLineOptions:
+    """Arguments in the command line's words (fedhet.execution.caller.Wording): options."""
 
     def option(self, name: str) -> str:
         return f"--{name.replace('_', '-')}"
@@ -127,6 +125,19 @@ class CommandLine:
     def setting(self, name: str, value: object) -> str:
         shown = repr(value) if isinstance(value, str) else value
         return f"{self.option(name)} {shown}"
+
+    def flag(self, name: str) -> str:
+        return self.option(name)
+
+
+@dataclass(frozen=True)
+class CommandLine(CommandLineOptions):
+    """Messages in the command line's words (fedhet.execution.caller.Voice): options, commands to
+    run next with the spec's overrides (and a --store other than the default)."""
+
+    path: Path
+    overrides: list[str]
+    store: str | None
 
     def train_first(self, reader: str) -> str:
         return f"run `{self._command('train', *self._store_option())}` first or pass --train"

@@ -4,9 +4,10 @@ imports torch: they stay fast."""
 from __future__ import annotations
 
 import json
+from itertools import groupby
+from operator import itemgetter
 
 from fedhet.cli.options import SpecArgs, example, group, out, spec_arguments
-from fedhet.core.spec import expand
 
 commands = group("Validate, inspect and hash specs.")
 
@@ -15,7 +16,7 @@ commands = group("Validate, inspect and hash specs.")
 @spec_arguments
 def spec_validate(given: SpecArgs) -> None:
     """Check a spec; exit 2 with a one-line message naming the field when it is invalid."""
-    runs = expand(given.load())  # no planning: validating imports no method code (and no torch)
+    runs = given.check().run_specs  # unplanned: validating imports no method code (no torch)
     out.print(
         f"{given.path}: valid ({len(runs)} run{'s' if len(runs) != 1 else ''})", soft_wrap=True
     )
@@ -26,33 +27,29 @@ def spec_validate(given: SpecArgs) -> None:
 def spec_show(given: SpecArgs) -> None:
     """Print the spec with every default filled in (only the fields that apply to the chosen
     model and partition), and the model's split points."""
-    spec = given.load()
+    session = given.check()
     import yaml
 
-    from fedhet.core.spec import applicable_dump
-
     # plain print: rich would wrap long lines and break the YAML
-    print(yaml.safe_dump(applicable_dump(spec), sort_keys=False))
+    print(yaml.safe_dump(session.filled(), sort_keys=False))
     # known from the spec alone: no dataset loaded, no model built (and no torch imported)
-    out.print(f"# model split points: {', '.join(spec.model.split_points())}")
+    out.print(f"# model split points: {', '.join(session.spec.model.split_points())}")
 
 
 @commands.command("hash", epilog=example("fedhet spec hash specs/quickstart.yaml seed=1"))
 @spec_arguments
 def spec_hash(given: SpecArgs) -> None:
     """Print every stage's key for every run of the spec."""
-    spec = given.load()
-    from fedhet.execution.planning import runs_of
-
-    for run in runs_of(spec):  # plain print: one unwrapped line per key, for scripts
-        print(f"# {run.label}")
-        for node in run.node.walk():
-            print(f"{node.stage:10s} {node.key}")
+    for _, grouped in groupby(given.check().key_rows(), key=itemgetter("run")):
+        stages = list(grouped)  # plain print: one unwrapped line per key, for scripts
+        print(f"# {stages[0]['label']}")
+        for row in stages:
+            print(f"{row['stage']:10s} {row['key']}")
 
 
 @commands.command("schema", epilog=example("fedhet spec schema > spec.schema.json"))
 def spec_schema() -> None:
     """Print the JSON Schema of specs (for editor completion and checking)."""
-    from fedhet.core.spec import json_schema
+    from fedhet.api import schema
 
-    out.print_json(json.dumps(json_schema()))
+    out.print_json(json.dumps(schema()))

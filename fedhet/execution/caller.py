@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 
-class Voice(Protocol):
-    """How a message names what the caller can change or do next: the command line's options
-    and commands, or the Python API's arguments and calls."""
+class Wording(Protocol):
+    """How a message names an argument: the command line's options, or the Python API's
+    arguments (all that a store's session, fedhet.store_session, says)."""
 
     def option(self, name: str) -> str:
         """An argument by its name: `--tensorboard` or `tensorboard`."""
@@ -19,6 +19,15 @@ class Voice(Protocol):
     def setting(self, name: str, value: object) -> str:
         """An argument as given: `--jobs 0` or `jobs=0`."""
         ...
+
+    def flag(self, name: str) -> str:
+        """A yes-or-no argument turned on: `--cascade` or `cascade=True`."""
+        ...
+
+
+class Voice(Wording, Protocol):
+    """How a message names what the caller can change or do next: the command line's options
+    and commands, or the Python API's arguments and calls."""
 
     def train_first(self, reader: str) -> str:
         """How to store the runs `reader` (a command or method) needs."""
