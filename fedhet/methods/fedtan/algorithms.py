@@ -34,7 +34,7 @@ from fedhet.methods.fedtan.sync_bn import Mode, SyncResult, bn_layers, synchroni
 from fedhet.plugin import (
     ClientData,
     ClientJob,
-    PartlyShared,
+    PartlyLocal,
     SGDSettings,
     Tensors,
     Traffic,
@@ -168,7 +168,7 @@ class FedTANII(FedTAN):
 # --- FedBN and SiloBN -------------------------------------------------------------------------
 
 
-class _LocalBatchNorm(PartlyShared):
+class _LocalBatchNorm(PartlyLocal):
     """BN state entries in `local_names` stay on each client: its own entries (`own_names`),
     which it trains from and keeps in its client_state."""
 
@@ -177,18 +177,6 @@ class _LocalBatchNorm(PartlyShared):
     @cached_property
     def local_names(self) -> frozenset[str]:
         return bn_state_names(self.build_model(), self.local_parameters, statistics=True)
-
-    @property
-    def unshared_names(self) -> frozenset[str]:
-        return self.local_names
-
-    @property
-    def own_names(self) -> frozenset[str]:
-        return self.local_names
-
-    def global_model(self, global_state: Tensors) -> Tensors | None:
-        """None with local BN entries (only the clients hold them); else the global model."""
-        return None if self.local_names else global_state
 
     def evaluation_states(
         self, global_state: Tensors, client_states: dict[int, Tensors]
