@@ -30,7 +30,7 @@ from fedhet.engine.tensors import Tensors
 from fedhet.engine.trainer import Trainer
 from fedhet.metrics.accuracy import client_spread
 
-Split = list[ClientData]  # a client's samples per client, in client order
+Split = list[ClientData]  # each client's samples of one split, in client order
 Score = tuple[float, float]  # (accuracy, mean cross-entropy)
 NOT_SCORED: Score = (math.nan, math.nan)
 
