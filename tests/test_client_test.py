@@ -17,7 +17,8 @@ from conftest import TINY_SPEC, markdown_tables, write_spec
 
 from fedhet.core.spec import Spec, load_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.data.client_test import client_test_data, client_test_node, draw_client_tests
+from fedhet.data.client_test import client_test_data, draw_client_tests
+from fedhet.data.client_test_plan import client_test_node
 from fedhet.data.datasets import load_dataset, rotate
 from fedhet.data.partition import make_partition
 from fedhet.data.partition_format import load_index_lists, save_index_lists, save_partition
@@ -206,7 +207,7 @@ def test_eval_model_best_with_a_personalized_run_in_the_spec_exits_0(fedhet, tra
     (run_fedbn,) = [r for r in runs_of(load_spec(spec_path)) if r.spec.algorithm.personalized]
     group = ArtifactStore(store).open("train", run_fedbn.node.key)
     final = group["metrics"]["test_accuracy"][-1]
-    assert fedbn["accuracy_pct"] == pytest.approx(100 * final, abs=1e-4)
+    assert fedbn["client_test_weighted_mean_pct"] == pytest.approx(100 * final, abs=1e-4)
 
 
 def test_report_has_the_per_client_test_accuracy_tables(fedhet, trained, tmp_path):

@@ -126,7 +126,11 @@ def announce(node: StageNode, ctx: RunContext, resumed: str | None = None) -> No
 
 # fedhet's own stages, imported (and so registered) on first use, as a plug-in's are: planning
 # a run imports none of them (nor torch).
-BUILTIN_STAGES = ("fedhet.data.partition_stage", "fedhet.engine.train_stage")
+BUILTIN_STAGES = (
+    "fedhet.data.partition_stage",
+    "fedhet.data.client_test",
+    "fedhet.engine.train_stage",
+)
 
 
 @cache

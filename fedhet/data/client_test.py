@@ -18,8 +18,11 @@ A fixed size per client (not proportional to its training size) gives every clie
 same sampling noise, so the worst clients are not merely the smallest.
 
 The artifact holds index arrays into the test split (`indices`, `offsets`, as the partition's).
-Its key: the partition's key (dataset, partition, seed) and `per_client`; the option enters no
-other key, since no other stage's result depends on it.
+Its key (fedhet.data.client_test_plan): the partition's key (dataset, partition, seed) and
+`per_client`.
+Besides `fedhet eval`, a personalized method's train stage reads it (its rounds' test accuracy is
+each client's own model on these samples: fedhet.engine.own_evaluation), so it is upstream of
+those runs' train stage; no other stage's result depends on it.
 """
 
 from __future__ import annotations
@@ -35,35 +38,26 @@ from fedhet.core.pipeline import RunContext, StageNode, stage
 from fedhet.core.rng import numpy_rng
 from fedhet.core.spec import Spec
 from fedhet.data.clients import ClientData
-from fedhet.data.datasets import load_data
+from fedhet.data.datasets import Dataset, load_data
 from fedhet.data.feature_shift import ClientDomains
 from fedhet.data.partition_format import load_index_lists, load_partition, save_index_lists
-from fedhet.data.partition_plan import partition_node
-
-VERSION = 1
-
-
-def client_test_node(spec: Spec) -> StageNode | None:
-    """The node of the spec's per-client test sets; None without `eval.client_test`."""
-    option = spec.eval.client_test
-    if option is None:
-        return None
-    config = {"per_client": option.per_client}
-    return StageNode("client_test", VERSION, config, {"partition": partition_node(spec)})
 
 
 @stage("client_test")
 def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> None:
-    data = ctx.spec.data
-    dataset = load_data(data, seed=ctx.spec.seed)
+    dataset = load_data(ctx.spec.data, seed=ctx.spec.seed)
     histogram = load_partition(ctx.upstream(node, "partition")).histogram
-    per_client = node.config["per_client"]
+    save_index_lists(out, client_test_indices(ctx.spec, histogram, dataset))
+
+
+def client_test_indices(spec: Spec, histogram: np.ndarray, dataset: Dataset) -> list[np.ndarray]:
+    """Each client's test samples (indices into the test split) for the partition of
+    `histogram`: what the stage stores."""
+    per_client = spec.eval.client_test.per_client
     if per_client is None:  # the data's own (validated: natural clients, test client ids)
-        ids = grouped(dataset.test_client, ctx.spec.partition.group)
-        tests = [np.flatnonzero(ids == k) for k in range(len(histogram))]
-    else:
-        tests = draw_client_tests(histogram, dataset.test_y.numpy(), per_client, ctx.spec.seed)
-    save_index_lists(out, tests)
+        ids = grouped(dataset.test_client, spec.partition.group)
+        return [np.flatnonzero(ids == k) for k in range(len(histogram))]
+    return draw_client_tests(histogram, dataset.test_y.numpy(), per_client, spec.seed)
 
 
 def draw_client_tests(
@@ -105,8 +99,15 @@ def client_test_data(
     fedhet.data.feature_shift)."""
     ds = load_data(spec.data, seed=spec.seed)
     domains = ClientDomains.of(spec, load_partition(partition).angles, ds)
+    return own_test_sets(ds, domains, load_index_lists(client_test), device)
+
+
+def own_test_sets(
+    ds: Dataset, domains: ClientDomains, indices: list[np.ndarray], device: torch.device
+) -> list[ClientData]:
+    """Client k's test samples at `indices[k]` of the test split, in its domain, on `device`."""
     clients = []
-    for cid, idx in enumerate(load_index_lists(client_test)):
+    for cid, idx in enumerate(indices):
         x = domains.apply(ds.test_x[torch.from_numpy(idx)], cid, "client_test")
         clients.append(ClientData(cid, x.to(device), ds.test_y[torch.from_numpy(idx)].to(device)))
     return clients

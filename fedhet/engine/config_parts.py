@@ -30,6 +30,9 @@ class OwnModelsConfig(MethodConfig):
     """Each client's own model is what is evaluated (and stored with the run)."""
 
     personalized: ClassVar[bool] = True
+    # 1: each client's model scored on its own validation and test samples, not the pooled
+    # sets (fedhet.engine.own_evaluation)
+    revision: ClassVar[int] = 1
     # the clients' states are models (or their layers), not theirs to extend with momentum buffers
     keeps_momentum_buffers: ClassVar[bool] = False
 
@@ -57,6 +60,9 @@ class FineTunedConfig(MethodConfig):
     """Each client's model is the global one fine-tuned on its data, at every evaluation."""
 
     personalized: ClassVar[bool] = True
+    # 1: each client's model scored on its own validation and test samples, not the pooled
+    # sets (fedhet.engine.own_evaluation)
+    revision: ClassVar[int] = 1
     finetune_steps: int = Field(
         10, ge=0, le=MAX_COUNT, description="local SGD steps of fine-tuning at evaluation"
     )

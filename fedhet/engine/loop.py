@@ -15,12 +15,14 @@ from torch import nn
 from fedhet.core.errors import DivergedError
 from fedhet.core.rng import numpy_rng, torch_generator
 from fedhet.core.spec import Spec
+from fedhet.data.clients import ClientData
 from fedhet.data.partition import Partition
 from fedhet.engine import tensors
 from fedhet.engine.client_executors import client_executor
 from fedhet.engine.executor import ClientDiverged, ClientExecutor, SequentialExecutor
 from fedhet.engine.extension import continuation
 from fedhet.engine.local import Divergence
+from fedhet.engine.own_evaluation import NOT_SCORED, Score, own_scores, weighted_score
 from fedhet.engine.run_format import Checkpoints, RunState
 from fedhet.engine.schedule import round_lr
 from fedhet.engine.setup import TrainSetup, build_setup
@@ -119,11 +121,12 @@ class Engine:
         """The engine of a run of `spec`, checkpointing into `folder` every
         `runtime.checkpoint_every` rounds: the clients of `partition` (`build_setup`; by default
         the spec's, computed in memory), the artifacts of the run's other upstream stages
-        (`extras`, by role), the algorithm's trainer (or `trainer`, a subclass of it), and the
-        client executor `runtime.clients` asks for. `say` gets the executor's one line,
-        `announce` the checkpoints' lines."""
-        setup = build_setup(spec, partition)
-        setup.extras.update(extras or {})
+        (`extras`, by role; `client_test`: the clients' own test sets), the algorithm's trainer
+        (or `trainer`, a subclass of it), and the client executor `runtime.clients` asks for.
+        `say` gets the executor's one line, `announce` the checkpoints' lines."""
+        extras = extras or {}
+        setup = build_setup(spec, partition, extras.get("client_test"))  # type: ignore[arg-type]
+        setup.extras.update(extras)
         algorithm = (trainer or spec.algorithm.trainer_class())(spec.algorithm, setup)
         executor = client_executor(spec.runtime.clients, algorithm, setup.device, say)
         checkpoints = Checkpoints(folder, setup.device, announce)
@@ -293,13 +296,10 @@ class Engine:
         train_loss = mean_over_clients([r.stats.mean_loss for r in results])
         state.global_state = new_global
         validation = self.setup.validation
-        acc, loss, val_acc, val_loss = (float("nan"),) * 4
+        (acc, loss), (val_acc, val_loss) = NOT_SCORED, NOT_SCORED
         last = rnd + 1 == self.spec.federation.rounds
         if (rnd + 1) % self.spec.eval.every == 0 or last:
-            evaluated = algo.evaluation_states(new_global, state.client_states)
-            acc, loss = self.evaluate_states(evaluated)
-            if validation is not None:
-                val_acc, val_loss = self.evaluate_states(evaluated, validation.x, validation.y)
+            (acc, loss), (val_acc, val_loss) = self.evaluation_round(new_global, state)
             chosen_by = acc if validation is None else val_acc  # the best model's criterion
             if chosen_by > state.best_accuracy:
                 state.best_accuracy, state.best_state = chosen_by, tensors.clone(new_global)
@@ -318,6 +318,44 @@ class Engine:
         for name, value in row.items():
             state.metrics.setdefault(name, []).append(value)
         self.on_round(rnd, row)
+
+    def evaluation_round(self, global_state: Tensors, state: RunState) -> tuple[Score, Score]:
+        """The (test, validation) scores of an evaluation round (validation NaN without a
+        split): a personalized method's clients each on their own samples where it has them
+        (fedhet.engine.own_evaluation), otherwise the mean of `Trainer.evaluation_states` on the
+        pooled sets."""
+        setup, algo = self.setup, self.algorithm
+        own: dict[str, tuple[list[ClientData], list[float]]] = {}  # split -> (samples, weights)
+        if self.spec.algorithm.personalized:
+            if setup.held_out is not None:
+                own["val"] = (setup.held_out, [float(c.n) for c in setup.held_out])
+            if setup.client_tests is not None:
+                own["test"] = (setup.client_tests, [float(n) for n in setup.sizes])
+        scores: dict[str, Score] = {}
+        if own:
+            scored = self.spec.algorithm.scored_outputs(setup.dataset.num_classes)
+
+            def score(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Score:
+                return evaluate(model, x, y, self.spec.runtime.eval_batch_size, scored)
+
+            per_client = own_scores(
+                algo,
+                self.model,
+                global_state,
+                state.client_states,
+                [split for split, _ in own.values()],
+                score,
+            )
+            for name, values, (_, weights) in zip(own, per_client, own.values(), strict=True):
+                scores[name] = weighted_score(values, weights)
+        val = setup.validation
+        if "test" not in scores or ("val" not in scores and val is not None):
+            evaluated = algo.evaluation_states(global_state, state.client_states)
+            if "test" not in scores:
+                scores["test"] = self.evaluate_states(evaluated)
+            if "val" not in scores and val is not None:
+                scores["val"] = self.evaluate_states(evaluated, val.x, val.y)
+        return scores["test"], scores.get("val", NOT_SCORED)
 
     def evaluate_states(
         self, states: list[Tensors], x: torch.Tensor | None = None, y: torch.Tensor | None = None

@@ -15,11 +15,12 @@ import zarr
 
 from fedhet.core.errors import InputError
 from fedhet.core.spec import Spec
+from fedhet.data.client_test import client_test_indices, own_test_sets
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import Dataset, Interpolation, load_data, rotate
 from fedhet.data.feature_shift import ClientDomains
 from fedhet.data.partition import Partition
-from fedhet.data.partition_format import load_partition
+from fedhet.data.partition_format import load_index_lists, load_partition
 from fedhet.data.partition_stage import spec_partition
 
 
@@ -34,6 +35,10 @@ class TrainSetup:
     extras: dict[str, object] = field(default_factory=dict)  # artifacts of extra upstream stages
     # with `data.validation`: every client's held-out samples, pooled client after client (id -1)
     validation: ClientData | None = None
+    # with `data.validation`: each client's held-out samples (its id), in client order
+    held_out: list[ClientData] | None = None
+    # for a personalized method with `eval.client_test`: each client's own test samples
+    client_tests: list[ClientData] | None = None
     # with `data.server`: the training samples no client holds (id -2; FedDF's real server data)
     server: ClientData | None = None
 
@@ -68,10 +73,16 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_setup(spec: Spec, partition: zarr.Group | Partition | None = None) -> TrainSetup:
+def build_setup(
+    spec: Spec,
+    partition: zarr.Group | Partition | None = None,
+    client_test: zarr.Group | None = None,
+) -> TrainSetup:
     """Dataset, clients (with their feature shift applied) and device for a run; the clients
     of `partition`, the run's stored partition artifact or a Partition, by default the spec's
-    computed here as its partition stage computes it."""
+    computed here as its partition stage computes it. A personalized method with
+    `eval.client_test` also gets each client's own test samples: those of `client_test`, the
+    run's stored artifact, by default computed here as its stage computes them."""
     device = resolve_device(spec.runtime.device)
     ds = load_data(spec.data, seed=spec.seed)
     if partition is None:
@@ -84,13 +95,20 @@ def build_setup(spec: Spec, partition: zarr.Group | Partition | None = None) -> 
     clients = [
         client_data(ds, domains, cid, idx, device) for cid, idx in enumerate(part.client_indices)
     ]
-    validation = None
+    validation, held = None, None
     if part.validation_indices is not None:
         held = [
             client_data(ds, domains, c, i, device, "validation")
             for c, i in enumerate(part.validation_indices)
         ]
         validation = ClientData(-1, torch.cat([h.x for h in held]), torch.cat([h.y for h in held]))
+    client_tests = None
+    if spec.algorithm.personalized and spec.eval.client_test is not None:
+        if client_test is None:
+            indices = client_test_indices(spec, part.histogram, ds)
+        else:
+            indices = load_index_lists(client_test)
+        client_tests = own_test_sets(ds, domains, indices, device)
     server = None
     if part.server_indices is not None:  # as the dataset gives them: no client's feature shift
         idx = torch.from_numpy(part.server_indices)
@@ -98,7 +116,16 @@ def build_setup(spec: Spec, partition: zarr.Group | Partition | None = None) -> 
     if domains.shifted:
         ds = replace(ds, test_x=domains.like_clients(ds.test_x))
     ds_device = ds if device.type == "cpu" else _to_device(ds, device)
-    return TrainSetup(spec, ds_device, clients, device, validation=validation, server=server)
+    return TrainSetup(
+        spec,
+        ds_device,
+        clients,
+        device,
+        validation=validation,
+        held_out=held,
+        server=server,
+        client_tests=client_tests,
+    )
 
 
 def client_data(

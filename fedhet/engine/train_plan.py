@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fedhet.core.pipeline import StageNode
 from fedhet.core.spec import Spec
+from fedhet.data.client_test_plan import client_test_node
 from fedhet.data.partition_plan import partition_node
 
 VERSION = 1
@@ -34,11 +35,15 @@ def train_config(spec: Spec) -> dict:
 
 def train_node(spec: Spec, **extra_upstream: StageNode) -> StageNode:
     """The run's train node: upstream of it the partition, the stages its local objective needs
-    (VHL's virtual data) and `extra_upstream` (role -> node; the train stage hands their
-    artifacts to the trainer as `setup.extras[role]`)."""
+    (VHL's virtual data), for a personalized method with `eval.client_test` the clients' own
+    test sets (its rounds' test accuracy is scored on them) and `extra_upstream` (role -> node;
+    the train stage hands their artifacts to the trainer as `setup.extras[role]`)."""
     upstream = {
         "partition": partition_node(spec),
         **spec.algorithm.objective_upstream(spec),
         **extra_upstream,
     }
+    own_tests = client_test_node(spec)
+    if spec.algorithm.personalized and own_tests is not None:
+        upstream["client_test"] = own_tests
     return StageNode("train", VERSION, train_config(spec), upstream)

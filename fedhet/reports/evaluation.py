@@ -13,7 +13,8 @@ from fedhet.core import provenance
 from fedhet.core.errors import InputError
 from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.store import ArtifactStore
-from fedhet.data.client_test import client_test_data, client_test_node
+from fedhet.data.client_test import client_test_data
+from fedhet.data.client_test_plan import client_test_node
 from fedhet.data.clients import ClientData
 from fedhet.data.datasets import load_data
 from fedhet.data.partition_format import load_partition

@@ -50,6 +50,14 @@ CAPTIONS = (
     "Weight divergence: the mean over a round's clients of the L2 distance between the client's "
     "model and the new global model.",
 )
+# What "test accuracy" means for a personalized method's run (fedhet.engine.own_evaluation)
+PERSONALIZED_TEST = (
+    "Test accuracy of a personalized method (one whose clients each use a model of their own: "
+    "FedBN, FedPer, Ditto, FedAvg-FT, Local, ...), in every table and curve: each client's own "
+    "model on its own test split (eval.client_test), the mean over the clients weighted by their "
+    "training samples (for the final model, the Personalized accuracy section's weighted mean); "
+    "a global-model method's is its model on the test set."
+)
 
 
 def reference_algorithm(
@@ -162,6 +170,8 @@ def write_report(
         f"± for one seed), n = the number of seeds. Generated {date.today()} by `fedhet report` "
         f"from runs computed in:\n\n{environments(rows)}\n\n"
     )
+    if spec.eval.client_test is not None and any(r.spec.algorithm.personalized for r in runs):
+        header += PERSONALIZED_TEST + "\n\n"
     if any(r["diverged"] is not None for r in rows):
         header += (
             "† k/n: k of the cell's n runs diverged (non-finite loss or model); they count with "

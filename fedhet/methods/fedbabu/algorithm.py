@@ -19,10 +19,10 @@ Here:
   client) of the clients' local SGD at `finetune_lr` (default `federation.lr`), of the whole
   model (`finetune: full`, the paper's) or the head (`finetune: head`), on batches drawn from the
   client's own generator (fedhet.plugin.fine_tune), always from the global model (nothing a
-  client fine-tunes is kept). It happens at every evaluation: during training (the round's test
-  accuracy is the mean over the clients that have trained of their fine-tuned models' accuracy)
-  and in `fedhet eval`, where every client with samples is fine-tuned, those never sampled
-  included. With 0 steps each client's model is the global one.
+  client fine-tunes is kept). It happens at every evaluation: during training (each client's
+  fine-tuned model scored on its own samples: fedhet.engine.own_evaluation) and in `fedhet
+  eval`, where every client with samples is fine-tuned, those never sampled included. With 0
+  steps each client's model is the global one.
 """
 
 from __future__ import annotations

@@ -59,6 +59,9 @@ class _LocalBatchNormConfig(_BatchNormConfig):
     """BatchNorm entries stay on each client: its own model is what is evaluated."""
 
     personalized: ClassVar[bool] = True
+    # 1: each client's model scored on its own validation and test samples, not the pooled
+    # sets (fedhet.engine.own_evaluation)
+    revision: ClassVar[int] = 1
 
 
 class FedBNConfig(_LocalBatchNormConfig):

@@ -9,9 +9,11 @@ Here k is `finetune_steps` steps (a step count is the same work for every client
 clients' local SGD (the federation's momentum and weight decay, fresh buffers) at `finetune_lr`
 (default `federation.lr`), on batches drawn from the client's own generator
 (fedhet.plugin.fine_tune), so k steps are k SGD steps of the global model on the client's data,
-and 0 steps leave the global model. Fine-tuning happens at every evaluation: during training the
-round's test accuracy is the mean over the clients that have trained of their fine-tuned models'
-accuracy, and in `fedhet eval` every client with samples is fine-tuned, those never sampled
+and 0 steps leave the global model. Fine-tuning happens at every evaluation: during training
+each client's fine-tuned model is scored on its own samples (fedhet.engine.own_evaluation: its
+held-out and, with `eval.client_test`, its own test samples; without, the round's test accuracy
+is the mean over the clients that have trained of their fine-tuned models' accuracy on the test
+set), and in `fedhet eval` every client with samples is fine-tuned, those never sampled
 included.
 """
 

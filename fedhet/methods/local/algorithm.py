@@ -12,13 +12,14 @@ as the limit of federated training with nothing shared:
   rounds x local steps as it would in a federated run; the server aggregates nothing and its
   model never changes. Nothing crosses the network: bytes up, bytes down and communication
   rounds are 0 in every round.
-- Evaluation is personalized (`personalized`, as FedBN and SiloBN): a round's test accuracy is
-  the mean over the clients that have trained of their own models' accuracy on the test set;
-  with `eval.client_test`, `fedhet eval` and `fedhet report` score each client's model on the
-  client's own test data (`client_test_mean` is the mean of those accuracies), which is the
-  accuracy this baseline is meant to report: a client alone learns its own distribution. A
-  client never sampled keeps the initial model. (FedBR's Local row, 10.00% on CIFAR-10, is at
-  chance, i.e. local models scored on the balanced global test set.)
+- Evaluation is personalized (`personalized`, as FedBN and SiloBN): a round scores each client's
+  model on its own samples (fedhet.engine.own_evaluation; without `eval.client_test`, a round's
+  test accuracy is the mean over the clients that have trained of their own models' accuracy on
+  the test set); with `eval.client_test`, `fedhet eval` and `fedhet report` score each
+  client's model on the client's own test data (`client_test_mean` is the mean of those
+  accuracies), which is the accuracy this baseline is meant to report: a client alone learns its
+  own distribution. A client never sampled keeps the initial model. (FedBR's Local row, 10.00%
+  on CIFAR-10, is at chance, i.e. local models scored on the balanced global test set.)
 
 Every entry of the model is the client's own (`own_names`): the engine starts each client from
 its model and keeps what it trained, on every executor (the vectorized one stacks the cohort's

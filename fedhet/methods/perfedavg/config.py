@@ -13,6 +13,9 @@ class PerFedAvgConfig(MethodConfig):
     trainer: ClassVar[str | None] = "fedhet.methods.perfedavg.algorithm:PerFedAvg"
     # each client's model is the global one adapted by a step on its data: evaluated per client
     personalized: ClassVar[bool] = True
+    # 1: each client's model scored on its own validation and test samples, not the pooled
+    # sets (fedhet.engine.own_evaluation)
+    revision: ClassVar[int] = 1
     keeps_momentum_buffers: ClassVar[bool] = False  # its local steps are meta-steps
     display_name: ClassVar[str | None] = "Per-FedAvg"
     name: Literal["perfedavg"] = "perfedavg"
