@@ -145,3 +145,26 @@ def test_every_percent_column_of_the_command_line_is_a_stored_fraction():
     assert len(columns) > 10
     assert {c.key for c in columns} <= units.FRACTIONS
     assert all(re.search(r"%", c.header) for c in columns)
+
+
+def test_a_header_names_the_unit_of_its_column(fedhet, tmp_path):
+    """Degrees and rounds too, in the tables a person reads; JSON keeps the keys."""
+    spec = write_spec(
+        tmp_path / "rotated.yaml",
+        {
+            **SPEC,
+            "partition": {**SPEC["partition"], "rotation": {"step": 30}},
+            "eval": {"target_accuracy": 0.2},
+            "matrix": {"seed": [0]},
+        },
+    )
+    store = tmp_path / "store"
+    trained = fedhet("train", spec, "--format", "markdown", store=store)
+    assert trained.rc == 0, trained.stderr
+    (table,) = markdown_tables(trained.stdout.splitlines())
+    assert {"rounds to target", "time s", "best test %"} <= set(table[0])
+    shown = fedhet("partition", spec, "--format", "markdown", store=store)
+    table = markdown_tables(shown.stdout.splitlines())[0]
+    assert [row[table[0].index("angle °")] for row in table[2:]] == ["0", "30", "60", "90"]
+    rows = json.loads(fedhet("partition", spec, "--format", "json", store=store).stdout)
+    assert [row["angle"] for row in rows] == [0, 30, 60, 90]
