@@ -309,9 +309,9 @@ def _decoded_problem(array_folder: Path, recorded: str | None) -> str | None:
 
 
 def _chunk_problem(array_folder: Path, metadata: dict[str, Any]) -> str | None:
-    """ "checksum mismatch" when a stored chunk of the array in `array_folder` fails the crc32c
-    it ends with (zarr's Crc32cCodec, the last of its codecs; an array written before carries
-    none); the chunks are read as stored bytes, not decoded."""
+    """Whether a stored chunk of the array in `array_folder` fails the crc32c it ends with
+    (zarr's Crc32cCodec, the last of its codecs; an array written before carries none): then
+    "checksum mismatch". The chunks are read as stored bytes, not decoded."""
     import google_crc32c
 
     if [codec.get("name") for codec in metadata.get("codecs", [])][-1:] != ["crc32c"]:
