@@ -44,7 +44,7 @@ from fedhet.core import units
 from fedhet.core.errors import DivergedError
 from fedhet.core.sealed import damage_named
 from fedhet.core.store import GRACE_S
-from fedhet.execution.caller import Voice
+from fedhet.execution.caller import Recomputer, Voice, removal
 from fedhet.session import ModelChoice, Session, open_session
 from fedhet.spec_session import SpecSession, checked, open_spec_session
 from fedhet.store_session import ArtifactView, StoreSession, open_store
@@ -60,7 +60,7 @@ def load(
     the command line) over the artifact store `store`, a folder or `s3://BUCKET/PREFIX` (default:
     FEDHET_STORE or ./artifacts); InputError, with `fedhet spec validate`'s message, for a spec
     the command line refuses."""
-    voice, console = PythonVoice(_load_call(spec, overrides, store)), Console(stderr=True)
+    voice, console = PythonVoice(_load_call(spec, overrides, store), store), Console(stderr=True)
     return open_session(spec, overrides, voice, console, store, kind=Experiment)
 
 
@@ -80,6 +80,7 @@ class PythonVoice(Voice):
     """Messages in Python: arguments by name, what to call next."""
 
     call: str  # the `fedhet.load(...)` call of the experiment
+    store: str | Path | None  # its `store` argument
 
     def option(self, name: str) -> str:
         return name
@@ -99,8 +100,9 @@ class PythonVoice(Voice):
     def train_tuned(self) -> str:
         return "compute them with report(tuned=True, train=True)"
 
-    def retune(self, key: str) -> str:
-        return f"`fedhet artifacts rm {key}`, then `{self.call}.tune()` recomputes it"
+    def recompute(self, key: str, cascade: bool, command: Recomputer) -> str:
+        store = [] if self.store is None else ["--store", str(self.store)]
+        return f"`{removal(key, cascade, store)}`, then `{self.call}.{command}()` recomputes it"
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:

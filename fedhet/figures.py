@@ -7,6 +7,7 @@ Takes numpy arrays only, so every layer that draws (reports, a method's command)
 from __future__ import annotations
 
 import io
+import math
 import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ MARKS_PER_CURVE = 8
 BAND_ALPHA = 0.15
 # Up to this many clients (classes), a heatmap labels every one; beyond, about this many ticks.
 LABELLED = 50
+# Heatmaps of more partitions than this wrap into rows of panels as even as can be (4: 2 x 2).
+PANELS_PER_ROW = 3
 # A value whose magnitude is more than OFF_SCALE_SPREADS spreads (the interquartile range of the
 # row's log10 magnitudes, at least one decade) above their upper quartile is off scale: the axis
 # leaves it out, so a diverging run's 1e29 (and its ±1e29 band) is drawn clipped at the top,
@@ -88,20 +91,25 @@ def partition_heatmaps(
 
 def heatmaps_figure(histograms: dict[str, np.ndarray], caption: Caption | None = None) -> Figure:
     """One panel per distinct partition (title -> its clients x classes histogram), in one
-    figure; partitions with the same histogram (a natural partition under several seeds) share
-    a panel, titled by all of them, and by `caption`'s lines (its heterogeneity) under that."""
+    figure, at most PANELS_PER_ROW to a row; partitions with the same histogram (a natural
+    partition under several seeds) share a panel, titled by all of them, and by `caption`'s
+    lines (its heterogeneity) under that."""
     distinct = _distinct(histograms)
     shapes = [h.shape for h in distinct.values()]
     classes = max(c for _, c in shapes)
     height = max(3.0, min(max(n for n, _ in shapes), LABELLED) * 0.25 + 1.5)
+    rows = math.ceil(len(distinct) / PANELS_PER_ROW)
+    columns = math.ceil(len(distinct) / rows)
     fig, axes = plt.subplots(
-        1,
-        len(distinct),
-        figsize=(max(4.0, min(classes, LABELLED // 2) * 0.4 + 2) * len(distinct), height),
+        rows,
+        columns,
+        figsize=(max(4.0, min(classes, LABELLED // 2) * 0.4 + 2) * columns, height * rows),
         squeeze=False,
         layout="constrained",
     )
-    for ax, (title, histogram) in zip(axes[0], distinct.items(), strict=True):
+    for unused in axes.flat[len(distinct) :]:  # the last row's places left empty
+        fig.delaxes(unused)
+    for ax, (title, histogram) in zip(axes.flat, distinct.items(), strict=False):
         image = ax.imshow(histogram, aspect="auto", cmap="viridis", interpolation="nearest")
         _label_each(ax.xaxis, histogram.shape[1])
         _label_each(ax.yaxis, histogram.shape[0])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -24,7 +25,7 @@ from fedhet.core.sealed import damage_named
 from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 from fedhet.core.tune_spec import TuneSpec
-from fedhet.execution.caller import QuietView, Voice
+from fedhet.execution.caller import QuietView, Recomputer, Voice
 from fedhet.spec_session import Rows, SpecSession, checked, located
 
 if TYPE_CHECKING:
@@ -83,40 +84,42 @@ class Session(SpecSession):
 
     def plan_rows(self, tune: bool = False) -> tuple[Rows, str]:
         """Every run's stages and their state (stored, partial, missing, with the time left
-        where known), and a one-line summary; with `tune`, the runs of the tune's trials as far
-        as the stored results decide them, and the tune's outcome as its own row."""
+        where known, or damaged: one line each says how to recompute it), and a one-line
+        summary; with `tune`, the runs of the tune's trials as far as the stored results decide
+        them, and the tune's outcome as its own row."""
         from fedhet.reports.status import plan_rows
 
-        rows, summary = plan_rows(self.planned, self.store)
-        unasked = 0
-        if tune:
-            rows, summary, unasked = self._tune_plan()
+        if not tune:
+            return plan_rows(self.planned, self.store, partial(self._damaged, "train"))
+        rows, summary, unasked = self._tune_plan()
         if unasked:
             summary += f"; {unasked} more trials, sampled once these are stored"
         return rows, summary
 
     def _tune_plan(self) -> tuple[Rows, str, int]:
-        """The plan's rows of the tune's trials and of its outcome, whose damage (what `fedhet
-        artifacts verify` finds) is said in one line; the summary; the trials still to be
-        asked."""
-        from fedhet.reports.status import DAMAGED, outcome_row, plan_rows, summary
+        """The plan's rows of the tune's trials and of its outcome; the summary; the trials
+        still to be asked."""
+        from fedhet.reports.status import outcome_row, plan_rows, summary
         from fedhet.tuning.runner import outcome_key, planned_trials
 
-        section = self.tune_section()
+        section, damaged = self.tune_section(), partial(self._damaged, "tune")
         runs, unasked = planned_trials(self.spec, section, self.store)
-        rows, _ = plan_rows(runs, self.store)
+        rows, _ = plan_rows(runs, self.store, damaged)
         key = outcome_key(self.spec, section)
-        outcome = outcome_row(f"tune of {self.spec.name}", "tune", key, self.store)
-        if outcome["state"].startswith(DAMAGED):
-            self.console.print(
-                f"warning: tune/{key[:12]} is {outcome['state']} (`fedhet artifacts verify`); "
-                f"{self.voice.retune(key[:12])}",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
-        rows.append(outcome)
+        rows.append(outcome_row(f"tune of {self.spec.name}", "tune", key, self.store, damaged))
         return rows, summary(rows), unasked
+
+    def _damaged(self, command: Recomputer, stage: str, key: str, why: str) -> None:
+        """Say that the stored `stage/key` is damaged (`why`), and that `command` recomputes it
+        once removed."""
+        cascade = bool(self.store.dependents({key}))
+        self.console.print(
+            f"warning: {stage}/{key[:12]} is damaged: {why} (`fedhet artifacts verify`); "
+            f"{self.voice.recompute(key[:12], cascade, command)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
     def partitions(self) -> Iterator[tuple[StageNode, str, Partition]]:
         """Each distinct partition of the runs, its node and label, in run order; each computed

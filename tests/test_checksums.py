@@ -3,6 +3,7 @@ byte fails the read instead of printing a wrong number; a damaged checkpoint is 
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 from pathlib import Path
@@ -14,6 +15,7 @@ from conftest import TINY_SPEC, flip_a_byte, write_spec
 from rich.console import Console
 from zarr.codecs import Crc32cCodec
 
+import fedhet
 from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.sealed import arrays
 from fedhet.core.spec import load_spec
@@ -120,6 +122,54 @@ def test_verify_names_the_damaged_array(fedhet, trained, tmp_path):
     result = fedhet("artifacts", "verify", store=damaged)
     assert result.rc == 1
     assert f"train/{key[:12]}: CORRUPT: metrics/test_accuracy: checksum mismatch" in result.stdout
+
+
+def test_plan_shows_a_damaged_stored_stage_and_how_to_recompute_it(fedhet, trained, tmp_path):
+    spec, _, key = trained
+    damaged = damaged_store(trained, tmp_path, "model/final/head.weight")
+    verified = fedhet("artifacts", "verify", key[:12], store=damaged)
+    found = "model/final/head.weight: checksum mismatch"
+    assert verified.rc == 1 and f"CORRUPT: {found}" in verified.stdout
+    plan = fedhet("plan", spec, "--format", "json", store=damaged)
+    assert plan.rc == 0, plan.stderr  # plan tells what is stored; verify is the check that fails
+    assert [(r["stage"], r["state"]) for r in json.loads(plan.stdout)] == [
+        ("partition", "stored"),
+        ("train", f"damaged: {found}"),
+    ]
+    (line,) = plan.stderr.strip().splitlines()
+    assert line == (
+        f"warning: train/{key[:12]} is damaged: {found} (`fedhet artifacts verify`); "
+        f"`fedhet artifacts rm {key[:12]}`, then `fedhet train {spec}` recomputes it"
+    )
+    table = fedhet("plan", spec, store=damaged)
+    assert "2 stages: 1 stored, 1 damaged" in table.stdout and "Traceback" not in table.stderr
+    # what the line says to do recomputes it
+    assert fedhet("artifacts", "rm", key[:12], store=damaged).rc == 0
+    assert fedhet("train", spec, store=damaged).rc == 0
+    assert "2 stages: 2 stored; nothing left to run" in fedhet("plan", spec, store=damaged).stdout
+
+
+def test_the_apis_plan_shows_damage_in_python_and_removes_what_is_built_on_it(
+    trained, tmp_path, capsys
+):
+    spec, store, key = trained
+    damaged = tmp_path / "store"
+    shutil.copytree(store, damaged)
+    (partition,) = (damaged / "partition").glob("*.zarr")
+    metadata = partition / "zarr.json"  # an attribute changed behind the store's back
+    metadata.write_text(metadata.read_text().replace('"wall_time_s": ', '"wall_time_s": 1', 1))
+    frame = fedhet.load(spec, store=damaged).plan()
+    found = "zarr.json: its attributes fail their checksum"
+    assert frame["state"].tolist() == [f"damaged: {found}", "stored"]
+    assert frame.attrs["summary"].startswith("2 stages: 1 stored, 1 damaged")
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    call = f"fedhet.load({str(spec)!r}, store={str(damaged)!r})"
+    short = partition.name[:12]
+    assert line == (
+        f"warning: partition/{short} is damaged: {found} (`fedhet artifacts verify`); "
+        f"`fedhet artifacts rm {short} --cascade --store {damaged}`, then `{call}.train()` "
+        "recomputes it"
+    )
 
 
 class StopAfter:

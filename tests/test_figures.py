@@ -245,6 +245,19 @@ def test_identical_partitions_share_one_panel_titled_by_all():
     ]
 
 
+@pytest.mark.parametrize(
+    ("partitions", "rows"), [(3, [3]), (4, [2, 2]), (5, [3, 2]), (7, [3, 3, 1])]
+)
+def test_many_partitions_wrap_into_rows_of_at_most_three_panels(partitions, rows):
+    fig = heatmaps_figure({f"p{i}": np.eye(4) * (i + 1) for i in range(partitions)})
+    fig.canvas.draw()
+    images = [ax for ax in fig.axes if any(isinstance(a, AxesImage) for a in ax.get_children())]
+    assert [ax.get_title() for ax in images] == [f"p{i}" for i in range(partitions)]
+    tops = [round(ax.get_position().y1, 3) for ax in images]
+    assert [tops.count(top) for top in sorted(set(tops), reverse=True)] == rows
+    assert len(fig.axes) == 2 * partitions  # a colorbar each, no empty panel left
+
+
 def test_a_natural_partition_under_two_seeds_is_one_panel(tmp_path):
     rng = np.random.default_rng(0)
     sites = rng.integers(0, 3, 120)

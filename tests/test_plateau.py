@@ -52,9 +52,10 @@ def test_the_section_pairs_over_seeds_and_names_each_verdict():
     section = plateau_section(
         {("fedavg", "s"): flat, ("vhl", "s"): rising, ("other", "s"): broken}, "fedavg"
     )
-    lines = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    header, *lines = [line for line in section.splitlines() if line.startswith("| ")]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
     assert section.startswith("## Has each curve levelled off?")  # every algorithm's rows
+    assert "| mean rise (points) | 95% CI | per run (points) |" in header  # each with its unit
     assert "(fedavg first)" in section
     fedavg, vhl, other = cells
     assert fedavg[:5] == ["fedavg", "s", "21-30 vs 31-40", "3", "+0.00"]

@@ -199,7 +199,7 @@ def test_stage_table_gives_each_stage_its_mean_stored_seconds_over_seeds(tmp_pat
         )
     md, _ = write_report(spec, runs, store, tmp_path / "out", Console(file=open("/dev/null", "w")))
     stages = markdown_tables(md.read_text().splitlines())[-2]
-    assert stages[0] == ["algorithm", "setting", "seeds", "partition", "train", "total"]
+    assert stages[0] == ["algorithm", "setting", "seeds", "partition s", "train s", "total s"]
     by_cell = {(row[0], row[1]): row[2:] for row in stages[2:]}
     # partition: seeds 0, 1, 2 -> 1, 2, 3 s; train: 10 * seed + 100 * lr
     assert by_cell["FedProx (mu=0.01)", "lr=0.1"] == ["3", "2.0", "20.0", "22.0"]

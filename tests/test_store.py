@@ -13,19 +13,20 @@ import pytest
 from conftest import CliRunner
 
 from fedhet.core.errors import InputError
+from fedhet.core.sealed import create_array
 from fedhet.core.store import TMP_MARK, ArtifactStore
 
 KEY = "a1" * 32
 
 
 def publish(store: ArtifactStore, stage: str, key: str, size: int = 50) -> None:
-    """A small artifact with several chunks per array and a nested group."""
+    """A small artifact with several chunks per array and a nested group, its arrays written
+    as every stage writes them (each chunk with its crc32c)."""
     with store.lock(stage, key), store.write(stage, key, {"config": {"n": size}}) as group:
-        group.create_array("values", data=np.arange(size, dtype=np.float32), chunks=(16,))
-        group.create_array("matrix", data=np.arange(1, 37).reshape(6, 6), chunks=(4, 4))
-        group.create_group("model").create_array(
-            "weights", data=np.linspace(-1, 1, 30).reshape(5, 6), chunks=(2, 6)
-        )
+        create_array(group, "values", data=np.arange(size, dtype=np.float32), chunks=(16,))
+        create_array(group, "matrix", data=np.arange(1, 37).reshape(6, 6), chunks=(4, 4))
+        weights = np.linspace(-1, 1, 30).reshape(5, 6)
+        create_array(group.create_group("model"), "weights", data=weights, chunks=(2, 6))
 
 
 def start_python(code: str, *args: str) -> subprocess.Popen:
@@ -114,7 +115,8 @@ def chunk_files(store: ArtifactStore, stage: str, key: str) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and "/c/" in f"/{p.relative_to(root)}")
 
 
-def test_verify_detects_a_flipped_byte_in_any_chunk(store: ArtifactStore):
+@pytest.mark.parametrize("decode", [True, False])  # `fedhet plan` checks the bytes only
+def test_verify_detects_a_flipped_byte_in_any_chunk(store: ArtifactStore, decode: bool):
     publish(store, "demo", KEY)
     chunks = chunk_files(store, "demo", KEY)
     assert len(chunks) == 4 + 4 + 3  # values, matrix (2x2 chunks), model/weights
@@ -126,8 +128,8 @@ def test_verify_detects_a_flipped_byte_in_any_chunk(store: ArtifactStore):
             flipped = bytearray(original)
             flipped[position] ^= 0x01
             chunk.write_bytes(bytes(flipped))
-            problems = store.verify("demo", KEY)
-            assert len(problems) == 1 and problems[0].startswith(f"{array}:"), (chunk, position)
+            problems = store.verify("demo", KEY, decode)
+            assert problems == [f"{array}: checksum mismatch"], (chunk, position)
         chunk.write_bytes(original)
     assert store.verify("demo", KEY) == []
 

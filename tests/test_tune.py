@@ -189,7 +189,9 @@ def test_plan_tune_shows_a_damaged_tune_outcome_as_artifacts_verify_does(
     assert frame.attrs["summary"] == "4 stages: 3 stored, 1 damaged; no time estimate"
     (line,) = capsys.readouterr().err.strip().splitlines()
     call = f"fedhet.load({str(spec)!r}, store={str(store)!r})"
-    assert line.endswith(f"`fedhet artifacts rm {key[:12]}`, then `{call}.tune()` recomputes it")
+    assert line.endswith(
+        f"`fedhet artifacts rm {key[:12]} --store {store}`, then `{call}.tune()` recomputes it"
+    )
 
 
 def test_the_choices_do_not_depend_on_jobs(fedhet: CliRunner, tmp_path):

@@ -1,9 +1,9 @@
 """One unit per quantity wherever fedhet shows it (fedhet.core.units). One trained matrix (two
 algorithms x two seeds, two rounds) and each accuracy the same number in percent, each difference
 of accuracies the same in points, in: the command line's tables (train, runs, as a terminal and
-markdown table and as JSON), the progress lines, `fedhet export`, the report's markdown, and the
-Python API's runs(), metrics() and compare(); a floor in points from both. The store keeps its
-fractions."""
+markdown table and as JSON), the progress lines, `fedhet export`, the report's markdown and
+figure (a % axis), and the Python API's runs(), metrics() and compare(); a floor in points from
+both. The store keeps its fractions."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from fedhet.cli import columns as tables
 from fedhet.cli.output import Column
 from fedhet.core import units
 from fedhet.core.store import ArtifactStore
+from fedhet.figures import curves_figure
+from fedhet.reports import report
 
 SPEC = {
     "name": "units",
@@ -117,6 +119,29 @@ def test_the_report_and_compare_agree_in_points(fedhet, trained, api, tmp_path):
     assert {row[3] for row in per_run[2:]} == {f"{b:.2f}" for b in runs.best_test_pct}
 
 
+def test_the_report_figure_draws_the_same_accuracies_on_a_percent_axis(
+    trained, api, tmp_path, monkeypatch
+):
+    spec, store, _ = trained
+    _, metrics = api
+    drawn = {}
+
+    def draw(panels, path, title, boundaries, formats, percent, captions):
+        drawn["figure"] = curves_figure(panels, title, boundaries, percent, captions)
+        return []
+
+    monkeypatch.setattr(report, "metric_curves", draw)  # the figure the report would save
+    load(spec, store=store).report(tmp_path)
+    accuracy = drawn["figure"].axes[0]  # test accuracy, the one setting
+    assert accuracy.yaxis.get_major_formatter()(0.5, 0) == "50%"
+    means = metrics.groupby(["algorithm", "round"]).test_accuracy_pct.mean()
+    lines = {line.get_label(): line for line in accuracy.lines}
+    for algorithm in ("FedAvg", "Centralized"):
+        rounds, fractions = lines[algorithm].get_data()
+        assert list(rounds) == [1, 2]
+        assert 100 * np.asarray(fractions) == pytest.approx(means[algorithm].to_numpy())
+
+
 def test_a_floor_in_points_gives_the_same_verdict_from_python_and_the_command_line(
     fedhet, trained, tmp_path
 ):
@@ -145,3 +170,26 @@ def test_every_percent_column_of_the_command_line_is_a_stored_fraction():
     assert len(columns) > 10
     assert {c.key for c in columns} <= units.FRACTIONS
     assert all(re.search(r"%", c.header) for c in columns)
+
+
+def test_a_header_names_the_unit_of_its_column(fedhet, tmp_path):
+    """Degrees and rounds too, in the tables a person reads; JSON keeps the keys."""
+    spec = write_spec(
+        tmp_path / "rotated.yaml",
+        {
+            **SPEC,
+            "partition": {**SPEC["partition"], "rotation": {"step": 30}},
+            "eval": {"target_accuracy": 0.2},
+            "matrix": {"seed": [0]},
+        },
+    )
+    store = tmp_path / "store"
+    trained = fedhet("train", spec, "--format", "markdown", store=store)
+    assert trained.rc == 0, trained.stderr
+    (table,) = markdown_tables(trained.stdout.splitlines())
+    assert {"rounds to target", "time s", "best test %"} <= set(table[0])
+    shown = fedhet("partition", spec, "--format", "markdown", store=store)
+    table = markdown_tables(shown.stdout.splitlines())[0]
+    assert [row[table[0].index("angle °")] for row in table[2:]] == ["0", "30", "60", "90"]
+    rows = json.loads(fedhet("partition", spec, "--format", "json", store=store).stdout)
+    assert [row["angle"] for row in rows] == [0, 30, 60, 90]

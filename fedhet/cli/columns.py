@@ -29,7 +29,7 @@ PARTITION_COLUMNS = [
     Column("hellinger", "Hellinger", "number"),
     Column("jensen_shannon", "JS", "number"),
     Column("earth_movers", "EMD", "number"),
-    *named("angle", kind="number"),
+    Column("angle", "angle °", "number"),  # a rotation partition's, in degrees
 ]
 
 
@@ -37,7 +37,7 @@ PARTITION_COLUMNS = [
 RESULT_COLUMNS = [
     *RUN_ID,
     *ACCURACIES,
-    Column("rounds_to_target", "to target", "number"),
+    Column("rounds_to_target", "rounds to target", "number"),
     Column("wall_time_s", "time s", "seconds"),
 ]
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from fedhet.cli.output import Format
 from fedhet.core.command_line import DataRootOpt, OnlyOpt, OverridesArg, SpecPath, StoreOpt
 from fedhet.core.spec import Spec
+from fedhet.execution.caller import Recomputer, removal
 
 if TYPE_CHECKING:
     from fedhet.cli.sweep_view import SweepView
@@ -148,9 +149,10 @@ class CommandLine(CommandLineOptions):
     def train_tuned(self) -> str:
         return f"compute them with `{self._command('report', '--tuned', '--train')}`"
 
-    def retune(self, key: str) -> str:
-        tune = self._command("tune", *self._store_option())
-        return f"`fedhet artifacts rm {key}`, then `{tune}` recomputes it"
+    def recompute(self, key: str, cascade: bool, command: Recomputer) -> str:
+        store = self._store_option()
+        again = self._command(command, *store)
+        return f"`{removal(key, cascade, store)}`, then `{again}` recomputes it"
 
     def _store_option(self) -> list[str]:
         """--store as given, unless it names the default store."""

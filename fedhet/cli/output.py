@@ -1,7 +1,8 @@
 """A command's result rows as a table for people (fitting the terminal: labels wrap between words,
-the leftmost first kept whole where the width allows; numbers never wrap), or as markdown, CSV or
-JSON for other programs. A table piped to another program (no terminal, no COLUMNS asking for a
-width) keeps every cell whole on one line, however wide.
+the leftmost first kept whole where the width allows; numbers never wrap, their headers only
+between words when the labels need the room), or as markdown, CSV or JSON for other programs.
+A table piped to another program (no terminal, no COLUMNS asking for a width) keeps every cell
+whole on one line, however wide.
 
 Every format shows the rows' stored quantities in their shown units (fedhet.core.units: accuracies
 in percent). Tables and markdown show formatted cells (accuracies to 2 decimals, times in
@@ -154,18 +155,26 @@ def _table(
         return _whole_table(cells, columns, title)
     texts = [[col.header, *(r[i] for r in cells)] for i, col in enumerate(columns)]
     natural = [max(map(len, column)) for column in texts]
-    budget = width - _EDGE - _PER_COLUMN * len(columns)
-    budget -= sum(w for w, c in zip(natural, columns, strict=True) if c.numeric)
     wrapping = [i for i, c in enumerate(columns) if not c.numeric]
     words = [max(len(w) for text in texts[i] for w in text.split()) for i in wrapping]
-    fitted = _fit([natural[i] for i in wrapping], words, budget)
-    compact = fitted is None
-    if compact:  # the words fit in the space of the outer border and padding, or not at all
-        fitted = _fit([natural[i] for i in wrapping], words, budget + _COMPACT)
+    # a number's column as wide as its header, or, when the labels need the room, as its cells
+    # and its header's longest word (the header then wraps between words)
+    whole = {i: natural[i] for i, c in enumerate(columns) if c.numeric}
+    narrow = {i: max(len(w) for w in texts[i][0].split()) for i in whole}
+    narrow = {i: max(narrow[i], *map(len, texts[i][1:])) for i in whole}
+    room = width - _EDGE - _PER_COLUMN * len(columns)
+    for saved, numbers in ((0, whole), (_COMPACT, whole), (_COMPACT, narrow)):
+        # the compact table: the words fit in the outer border's and padding's space, or not
+        fitted = _fit([natural[i] for i in wrapping], words, room + saved - sum(numbers.values()))
+        if fitted is not None:
+            break
+    compact = saved > 0
     widths = dict(zip(wrapping, fitted, strict=True)) if fitted else {}
     table = Table(title=title, title_justify="left", show_edge=not compact, pad_edge=not compact)
     for i, col in enumerate(columns):
-        if col.numeric:
+        if col.numeric and numbers[i] < whole[i]:  # every cell fits: only the header wraps
+            table.add_column(col.header, justify="right", width=numbers[i])
+        elif col.numeric:
             table.add_column(col.header, justify="right", no_wrap=True)
         else:  # folds mid-word only when the words themselves cannot fit
             table.add_column(col.header, overflow="fold", width=widths.get(i))

@@ -153,10 +153,11 @@ def plan(
         typer.Option("--tune", help="the runs of the tune's trials (see `fedhet tune`) instead"),
     ] = False,
 ) -> None:
-    """Every run's stages and their state: stored, partial (round k of n, from the checkpoint)
-    or missing, with the time still needed where a stored run of the same stage and shape
-    gives an estimate. A stage shared by several runs is listed once, under the first. With
-    --tune, the trials' runs as far as the stored results decide them."""
+    """Every run's stages and their state: stored, damaged (its checksums fail: a line on
+    stderr says how to recompute it), partial (round k of n, from the checkpoint) or missing,
+    with the time still needed where a stored run of the same stage and shape gives an
+    estimate. A stage shared by several runs is listed once, under the first. With --tune, the
+    trials' runs as far as the stored results decide them."""
     session = given.open(Where(store))
     rows, summary = session.plan_rows(tune)
     columns = PLAN_COLUMNS

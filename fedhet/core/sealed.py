@@ -243,10 +243,13 @@ def arrays(group: zarr.Group, prefix: str = "") -> Iterator[tuple[str, zarr.Arra
             yield from arrays(member, f"{path}/")
 
 
-def member_problems(folder: Path) -> list[tuple[str, str]]:
+def member_problems(folder: Path, decode: bool = True) -> list[tuple[str, str]]:
     """Every damaged part of the stored group in `folder`, as (member, why), found by
     recomputing its checksums: its attributes; each member's metadata (missing, changed or
-    unreadable); each array's contents (a chunk failing its crc32c, or the array its sha256)."""
+    unreadable); each array's contents (a chunk failing its crc32c, or the array its sha256).
+    Without `decode`, no array is decoded: each chunk's crc32c is checked on its stored bytes
+    (several times faster; a chunk deleted or rewritten whole, its crc32c with it, is then
+    not found: only the sha256 of the decoded array finds that)."""
     try:
         attrs = stored_attributes(folder)
     except Exception:  # unreadable metadata is damage, whatever json raised on it
@@ -262,28 +265,61 @@ def member_problems(folder: Path) -> list[tuple[str, str]]:
         elif recorded.get(member, found[member]) != found[member]:
             why = "metadata changed: checksum mismatch"
         else:
-            why = _contents_problem(folder, member, contents)
+            why = _contents_problem(folder, member, contents, decode)
         if why is not None:
             problems.append((member, why))
     return problems
 
 
-def _contents_problem(folder: Path, member: str, contents: dict[str, str] | None) -> str | None:
-    """What is wrong with `member` of the group in `folder`, its metadata being as sealed."""
-    import zarr
-
+def _contents_problem(
+    folder: Path, member: str, contents: dict[str, str] | None, decode: bool
+) -> str | None:
+    """What is wrong with `member` of the group in `folder` (an array's contents; a group has
+    none), its metadata being as sealed."""
     try:
-        node = zarr.open(folder / member, mode="r")
-    except Exception:  # metadata zarr cannot read, whatever it raised
+        metadata = json.loads((folder / member / "zarr.json").read_bytes())
+        is_array = metadata["node_type"] == "array"
+    except Exception:  # metadata that does not parse, whatever json raised on it
         return "unreadable metadata"
-    if not isinstance(node, zarr.Array):
+    if not is_array:
         return None
     if contents is not None and member not in contents:
         return "no recorded checksum"
+    if not decode:
+        return _chunk_problem(folder / member, metadata)
+    return _decoded_problem(folder / member, None if contents is None else contents[member])
+
+
+def _decoded_problem(array_folder: Path, recorded: str | None) -> str | None:
+    """What is wrong with the stored array in `array_folder`, decoded: a chunk failing its
+    crc32c or to decode, or the contents their `recorded` sha256."""
+    import zarr
+
     try:
-        actual = array_checksum(node)
+        array = zarr.open_array(array_folder, mode="r")
+    except Exception:  # metadata zarr cannot read, whatever it raised
+        return "unreadable metadata"
+    try:
+        actual = array_checksum(array)
     except Exception as err:  # a corrupt chunk fails its checksum, or to decode
         return "checksum mismatch" if damaged_array(err) else f"unreadable chunk ({err})"
-    if contents is not None and actual != contents[member]:
+    if recorded is not None and actual != recorded:
         return "checksum mismatch (stored data changed)"
+    return None
+
+
+def _chunk_problem(array_folder: Path, metadata: dict[str, Any]) -> str | None:
+    """Whether a stored chunk of the array in `array_folder` fails the crc32c it ends with
+    (zarr's Crc32cCodec, the last of its codecs; an array written before carries none): then
+    "checksum mismatch". The chunks are read as stored bytes, not decoded."""
+    import google_crc32c
+
+    if [codec.get("name") for codec in metadata.get("codecs", [])][-1:] != ["crc32c"]:
+        return None
+    chunks = array_folder / "c"  # the chunks' keys: "c", or "c/0/1" ("/": create_array's default)
+    stored = [chunks] if chunks.is_file() else sorted(p for p in chunks.rglob("*") if p.is_file())
+    for chunk in stored:
+        data = chunk.read_bytes()
+        if google_crc32c.value(data[:-4]) != int.from_bytes(data[-4:], "little"):
+            return "checksum mismatch"
     return None

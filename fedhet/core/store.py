@@ -262,10 +262,11 @@ class ArtifactStore:
 
     # --- maintenance --------------------------------------------------------------------
 
-    def verify(self, stage: str, key: str) -> list[str]:
-        """Problems found by recomputing every checksum (see `member_problems`); empty when
-        intact."""
-        return [f"{member}: {why}" for member, why in member_problems(self.path(stage, key))]
+    def verify(self, stage: str, key: str, decode: bool = True) -> list[str]:
+        """Problems found by recomputing every checksum, or without `decode` every checksum
+        but the decoded arrays' (see `member_problems`); empty when intact."""
+        found = member_problems(self.path(stage, key), decode)
+        return [f"{member}: {why}" for member, why in found]
 
     def _unlocked(self, stage: str, key: str) -> bool:
         return self.holder(stage, key) is None

@@ -4,8 +4,11 @@ that shows nothing, for callers that read the returned rows instead."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+Recomputer = Literal["train", "tune"]  # the command that computes a removed artifact again
 
 
 class Wording(Protocol):
@@ -41,9 +44,18 @@ class Voice(Wording, Protocol):
         """How to store the runs of the configurations a tune chose."""
         ...
 
-    def retune(self, key: str) -> str:
-        """How to compute again the damaged tune outcome `key`."""
+    def recompute(self, key: str, cascade: bool, command: Recomputer) -> str:
+        """How to compute again the damaged stored artifact `key`: remove it (with `cascade`,
+        and what is built on it), then run the spec's `command`."""
         ...
+
+
+def removal(key: str, cascade: bool, store: list[str]) -> str:
+    """The `fedhet artifacts rm` command that removes `key` (with --cascade, what is built on
+    it too: rm refuses otherwise) from the store that the options `store` name."""
+    return shlex.join(
+        ["fedhet", "artifacts", "rm", key, *(["--cascade"] if cascade else []), *store]
+    )
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ def plateau_section(cells: Mapping[tuple[str, str], list[dict]], reference: str)
     ordered = sorted(cells.items(), key=lambda item: item[0][0] != reference)
     lines = [
         "| algorithm | setting | rounds compared | runs | mean rise (points) "
-        f"| {100 * CONFIDENCE:.0f}% CI | per run | verdict |",
+        f"| {100 * CONFIDENCE:.0f}% CI | per run (points) | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for (algorithm, setting), group in ordered:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from fedhet.engine.extension import Extension
 
 STORED, PARTIAL, MISSING, DIVERGED = "stored", "partial", "missing", "diverged"
-DAMAGED = "damaged"  # stored, but `fedhet artifacts verify` finds it corrupt
+DAMAGED = "damaged"  # stored, but its checksums (those `fedhet plan` checks) find it corrupt
 DONE = (STORED, DIVERGED)  # a diverged stage is a result too: nothing left to run
 # The federation fields that set how much work a round is.
 _FEDERATION_SIZES = ("clients_per_round", "fraction", "local_epochs", "local_steps", "batch_size")
@@ -35,9 +36,12 @@ class StageState:
     # extends, or the round a diverged stage diverged in
     total: int | None = None  # the stage's rounds, for stages that run in rounds
     extends: Extension | None = None  # the stored shorter run a missing train stage continues
+    damage: str | None = None  # what a damaged stage's checksums find, in one line
 
     @property
     def description(self) -> str:
+        if self.damage is not None:
+            return f"{DAMAGED}: {self.damage}"
         if self.state == PARTIAL and self.done is not None:
             return f"partial (round {self.done} of {self.total or '?'})"
         if self.extends is not None:
@@ -52,10 +56,16 @@ def _rounds(config: dict[str, Any]) -> int | None:
     return federation.get("rounds") if isinstance(federation, dict) else None
 
 
-def stage_state(node: StageNode, store: ArtifactStore, spec: Spec) -> StageState:
-    """The state of `node` (of a run of `spec`) in `store`."""
+def stage_state(
+    node: StageNode, store: ArtifactStore, spec: Spec, verify: bool = False
+) -> StageState:
+    """The state of `node` (of a run of `spec`) in `store`; with `verify`, a stored one is
+    damaged when its checksums say so (see `damage`)."""
     total = _rounds(node.config)
     if store.exists(node.stage, node.key):
+        found = damage(node.stage, node.key, store) if verify else None
+        if found is not None:
+            return StageState(node, DAMAGED, None, total, damage=found)
         return StageState(node, STORED, total, total)
     # imported here: they import zarr (0.15 s), which a stored stage's state does without
     from fedhet.engine.extension import stored_prefix
@@ -148,9 +158,24 @@ def duration(seconds: float | None) -> str:
 # --- the plan and the runs --------------------------------------------------------------
 
 
-def plan_rows(runs: list[Run], store: ArtifactStore) -> tuple[list[dict[str, Any]], str]:
+# told of each damaged stored artifact a plan finds: its stage, key and damage (see `damage`)
+OnDamage = Callable[[str, str, str], None]
+
+
+def damage(stage: str, key: str, store: ArtifactStore) -> str | None:
+    """What `fedhet artifacts verify` finds wrong with the stored artifact, in one line; None
+    when intact. Its checksums are recomputed without decoding its arrays (each chunk's crc32c
+    on its bytes: see `member_problems`): a plan of 20 stored digits runs takes 0.25 s of CPU
+    (0.04 s unchecked; 1.6 s decoding every array)."""
+    return "; ".join(store.verify(stage, key, decode=False)) or None
+
+
+def plan_rows(
+    runs: list[Run], store: ArtifactStore, on_damage: OnDamage
+) -> tuple[list[dict[str, Any]], str]:
     """One row per stage of every run, a stage shared by several runs only under the first; and
-    a one-line summary of the states and the time still needed."""
+    a one-line summary of the states and the time still needed. A stored stage's checksums are
+    checked (`damage`): a damaged one is told to `on_damage` too."""
     users: dict[str, int] = defaultdict(int)
     for run in runs:
         for node in run.node.walk():
@@ -161,7 +186,9 @@ def plan_rows(runs: list[Run], store: ArtifactStore) -> tuple[list[dict[str, Any
             if node.key in seen:
                 continue
             seen.add(node.key)
-            state = stage_state(node, store, run.spec)
+            state = stage_state(node, store, run.spec, verify=True)
+            if state.damage is not None:
+                on_damage(node.stage, node.key, state.damage)
             left = estimator.seconds_left(state)
             rows.append(
                 {
@@ -177,14 +204,16 @@ def plan_rows(runs: list[Run], store: ArtifactStore) -> tuple[list[dict[str, Any
     return rows, summary(rows)
 
 
-def outcome_row(label: str, stage: str, key: str, store: ArtifactStore) -> dict[str, Any]:
+def outcome_row(
+    label: str, stage: str, key: str, store: ArtifactStore, on_damage: OnDamage
+) -> dict[str, Any]:
     """The plan's row of an artifact computed from the runs' results, not from a run of its own
-    (a tune's outcome): stored, missing, or damaged with what `fedhet artifacts verify` finds
-    (its checksums recomputed: such an artifact holds attributes, no large arrays)."""
-    problems = store.verify(stage, key) if store.exists(stage, key) else None
-    state = (
-        MISSING if problems is None else f"{DAMAGED}: {'; '.join(problems)}" if problems else STORED
-    )
+    (a tune's outcome): stored, missing, or damaged (told to `on_damage` too)."""
+    stored = store.exists(stage, key)
+    found = damage(stage, key, store) if stored else None
+    if found is not None:
+        on_damage(stage, key, found)
+    state = f"{DAMAGED}: {found}" if found else STORED if stored else MISSING
     return {
         "run": label,
         "stage": stage,

@@ -123,7 +123,7 @@ def stage_table(rows: list[dict]) -> str:
     """Mean seconds per stage of each group's runs, and their sum."""
     stages = list(dict.fromkeys(stage for r in rows for stage in r["stage_seconds"]))
     lines = [
-        "| algorithm | setting | seeds | " + " | ".join(stages) + " | total |",
+        "| algorithm | setting | seeds | " + " | ".join(f"{s} s" for s in stages) + " | total s |",
         "|---|---|---|" + "---|" * (len(stages) + 1),
     ]
     for (algo, setting), group in cells(rows).items():
