@@ -44,7 +44,7 @@ from fedhet.core import units
 from fedhet.core.errors import DivergedError
 from fedhet.core.sealed import damage_named
 from fedhet.core.store import GRACE_S
-from fedhet.execution.caller import Recomputer, Voice, removal
+from fedhet.execution.caller import Recomputer, Voice
 from fedhet.session import ModelChoice, Session, open_session
 from fedhet.spec_session import SpecSession, checked, open_spec_session
 from fedhet.store_session import ArtifactView, StoreSession, open_store
@@ -101,8 +101,9 @@ class PythonVoice(Voice):
         return "compute them with report(tuned=True, train=True)"
 
     def recompute(self, key: str, cascade: bool, command: Recomputer) -> str:
-        store = [] if self.store is None else ["--store", str(self.store)]
-        return f"`{removal(key, cascade, store)}`, then `{self.call}.{command}()` recomputes it"
+        store = "" if self.store is None else repr(str(self.store))
+        rm = f"fedhet.artifacts({store}).rm({key!r}{', cascade=True' if cascade else ''})"
+        return f"`{rm}`, then `{self.call}.{command}()` recomputes it"
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
@@ -218,7 +219,7 @@ def artifacts(store: str | Path | None = None) -> Artifacts:
     ./artifacts), to list, show, verify, prune, copy and collect as `fedhet artifacts` does;
     InputError for an object store that cannot be reached."""
     call = f"fedhet.artifacts({'' if store is None else repr(str(store))})"
-    return open_store(store, PythonVoice(call), kind=Artifacts)
+    return open_store(store, PythonVoice(call, store), kind=Artifacts)
 
 
 class Artifacts(StoreSession):

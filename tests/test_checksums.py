@@ -167,7 +167,7 @@ def test_the_apis_plan_shows_damage_in_python_and_removes_what_is_built_on_it(
     short = partition.name[:12]
     assert line == (
         f"warning: partition/{short} is damaged: {found} (`fedhet artifacts verify`); "
-        f"`fedhet artifacts rm {short} --cascade --store {damaged}`, then `{call}.train()` "
+        f"`fedhet.artifacts({str(damaged)!r}).rm({short!r}, cascade=True)`, then `{call}.train()` "
         "recomputes it"
     )
 

@@ -190,7 +190,7 @@ def test_plan_tune_shows_a_damaged_tune_outcome_as_artifacts_verify_does(
     (line,) = capsys.readouterr().err.strip().splitlines()
     call = f"fedhet.load({str(spec)!r}, store={str(store)!r})"
     assert line.endswith(
-        f"`fedhet artifacts rm {key[:12]} --store {store}`, then `{call}.tune()` recomputes it"
+        f"`fedhet.artifacts({str(store)!r}).rm({key[:12]!r})`, then `{call}.tune()` recomputes it"
     )
 
 
