@@ -125,8 +125,8 @@ def _losses(steps: list[tuple[Tensor, list[Tensor]]], mu: float) -> Tensor:
     data = torch.stack([loss for loss, _ in steps])
     if not steps[0][1]:
         return data
-    distances = torch.stack([torch.stack(distances) for _, distances in steps])
-    return data + 0.5 * mu * distances.square().sum(1)
+    distances = torch.stack([d for _, distances in steps for d in distances])
+    return data + 0.5 * mu * distances.view(len(steps), -1).square().sum(1)
 
 
 def _groups(batches: list[Tensor]) -> Iterator[list[Tensor]]:
