@@ -13,8 +13,9 @@ once a group.
 
 A proximal term mu/2 ||w - anchor||^2 in the loss (FedProx's, `fedhet.engine.client_step.Proximal`)
 is weight decay toward the anchor: its gradient mu (w - anchor) joins the shrink of the same
-`addmm_` (beta=1 - lr (wd + mu)), and one `add_` a parameter adds lr mu anchor; its value, in the
-step's loss, is read back with the losses.
+`addmm_` (beta=1 - lr (wd + mu)), and lr mu anchor is added to the parameters, which the client's
+copy holds in one flat tensor: one `add_` a step, and one `dist` for the term's value in the
+step's loss, however many layers.
 
 The arithmetic is torch.optim.SGD's (gradient of the batch-mean cross-entropy plus the proximal
 term's plus weight decay times the weight, then the step), rounded differently in float32 (about
@@ -88,10 +89,9 @@ def fused_sgd(
 
     Raises `Divergence` at the first step whose loss is not finite, as `local_sgd` does.
     """
-    state = {n: t.clone() for n, t in start.items()}
     mu = proximal.mu if proximal is not None else 0.0
-    anchor = proximal.anchor if mu else {}
-    layers = [_Bound.of(layer, state, anchor) for layer in chain]
+    state, anchored = _copy(start, proximal.anchor if mu else {})
+    layers = [_Bound.of(layer, state) for layer in chain]
     first_linear = next(i for i, layer in enumerate(layers) if layer.kind == "linear")
     classes = next(layer.weight for layer in reversed(layers) if layer.kind == "linear").shape[0]
     eye = torch.eye(classes, dtype=x.dtype, device=x.device)
@@ -99,7 +99,7 @@ def fused_sgd(
     values: list[float] = []
     for group in _groups(list(batches)):
         gathered = _gather(layers[:first_linear], x, y, eye, group)
-        steps = [_step(layers[first_linear:], batch, rates) for batch in gathered]
+        steps = [_step(layers[first_linear:], batch, rates, anchored) for batch in gathered]
         done = len(values)
         values += _losses(steps, mu).tolist()  # read once a group, not at every step
         for step in range(done, len(values)):  # the group's later steps ran on regardless
@@ -119,14 +119,33 @@ class _Rates(NamedTuple):
     pull: float
 
 
-def _losses(steps: list[tuple[Tensor, list[Tensor]]], mu: float) -> Tensor:
-    """The steps' losses: their batches' mean cross-entropy, plus mu/2 the squared distances of
-    the parameters from their anchors (none without a proximal term)."""
+class _Anchored(NamedTuple):
+    """The client's parameters as one flat tensor (the state's entries are views of it), and
+    the proximal term's anchor flattened alike."""
+
+    parameters: Tensor
+    anchor: Tensor
+
+
+def _copy(start: Tensors, anchor: Tensors) -> tuple[Tensors, _Anchored | None]:
+    """The client's copy of `start` to train, with its entries that `anchor` names held in one
+    flat tensor (None: no anchor)."""
+    names = [n for n in start if n in anchor]
+    if not names:
+        return {n: t.clone() for n, t in start.items()}, None
+    flat = torch.cat([start[n].flatten() for n in names])
+    parts = dict(zip(names, flat.split([start[n].numel() for n in names]), strict=True))
+    state = {n: parts[n].view_as(t) if n in parts else t.clone() for n, t in start.items()}
+    return state, _Anchored(flat, torch.cat([anchor[n].flatten() for n in names]))
+
+
+def _losses(steps: list[tuple[Tensor, Tensor | None]], mu: float) -> Tensor:
+    """The steps' losses: their batches' mean cross-entropy, plus mu/2 the squared distance of
+    the parameters from their anchor (none without a proximal term)."""
     data = torch.stack([loss for loss, _ in steps])
-    if not steps[0][1]:
+    if steps[0][1] is None:
         return data
-    distances = torch.stack([d for _, distances in steps for d in distances])
-    return data + 0.5 * mu * distances.view(len(steps), -1).square().sum(1)
+    return data + 0.5 * mu * torch.stack([distance for _, distance in steps]).square()
 
 
 def _groups(batches: list[Tensor]) -> Iterator[list[Tensor]]:
@@ -158,24 +177,19 @@ def _gather(
 
 @dataclass(frozen=True)
 class _Bound:
-    """A layer of the chain with its tensors in the client's state (`weight_t` a view), and
-    their parameters' proximal anchors, if the loss has the term."""
+    """A layer of the chain with its tensors in the client's state (`weight_t` a view)."""
 
     kind: str
     weight: Tensor | None = None
     weight_t: Tensor | None = None
     bias: Tensor | None = None
-    anchors: tuple[tuple[Tensor, Tensor], ...] = ()  # (parameter, its anchor)
 
     @classmethod
-    def of(cls, layer: Layer, state: Tensors, anchor: Tensors) -> _Bound:
+    def of(cls, layer: Layer, state: Tensors) -> _Bound:
         if layer.kind != "linear":
             return cls(layer.kind)
         weight = state[layer.weight]
-        bias = state[layer.bias] if layer.bias else None
-        names = [n for n in (layer.weight, layer.bias) if n is not None and n in anchor]
-        anchors = tuple((state[n], anchor[n]) for n in names)
-        return cls("linear", weight, weight.T, bias, anchors)
+        return cls("linear", weight, weight.T, state[layer.bias] if layer.bias else None)
 
     def forward(self, h: Tensor) -> Tensor:
         """The layer's output; a ReLU overwrites `h` (a tensor this module made), which keeps
@@ -189,10 +203,12 @@ class _Bound:
         return torch.addmm(self.bias, h, self.weight_t)
 
 
-def _step(layers: list[_Bound], batch: _Batch, rates: _Rates) -> tuple[Tensor, list[Tensor]]:
+def _step(
+    layers: list[_Bound], batch: _Batch, rates: _Rates, anchored: _Anchored | None
+) -> tuple[Tensor, Tensor | None]:
     """One SGD step in place on the layers' tensors (the chain from its first linear layer on);
-    (the batch's mean cross-entropy, the parameters' distances from their anchors) before it."""
-    distances = [torch.dist(p, a) for layer in layers for p, a in layer.anchors]
+    (the batch's mean cross-entropy, the parameters' distance from their anchor) before it."""
+    distance = None if anchored is None else torch.dist(*anchored)
     inputs = []  # each layer's input, for its backward
     h = batch.x
     for layer in layers:
@@ -215,7 +231,7 @@ def _step(layers: list[_Bound], batch: _Batch, rates: _Rates) -> tuple[Tensor, l
             layer.weight.addmm_(delta_t, h, beta=rates.shrink, alpha=-rate)
             if layer.bias is not None:
                 layer.bias.addmv_(delta_t, batch.ones, beta=rates.shrink, alpha=-rate)
-            for parameter, anchor in layer.anchors:
-                parameter.add_(anchor, alpha=rates.pull)
             delta = down
-    return loss, distances
+    if anchored is not None:
+        anchored.parameters.add_(anchored.anchor, alpha=rates.pull)
+    return loss, distance
