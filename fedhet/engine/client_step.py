@@ -14,18 +14,7 @@ the order of torch.optim.SGD's step:
     ...
     upload, kept = step.finish(client_state, state, stats, sgd)   once trained
 
-FedProx's whole client step, `Proximal` below, for example:
-
-    class Proximal(ClientStep):
-        def __init__(self, mu, anchor):
-            self.mu, self.anchor = mu, anchor
-
-        def loss(self, params):
-            if self.mu == 0:
-                return None
-            prox = sum(((p - self.anchor[n]) ** 2).flatten(1).sum(1) for n, p in params.items())
-            return 0.5 * self.mu * prox
-
+FedProx's whole client step is `Proximal` below: a loss term, mu/2 ||w - anchor||^2.
 The base class adds nothing: FedAvg's step, and FedNova's (which needs only each client's step
 count, in every result). The fused executor (fedhet.engine.fused), which derives an MLP's
 gradients by hand, runs two client steps, whose hooks in `LOCAL_SGD_HOOKS` it knows in closed
