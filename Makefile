@@ -92,6 +92,7 @@ bench: install
 	$(BIN)/python -m benchmarks.stage2_speed
 	$(BIN)/python -m benchmarks.sweep_throughput
 	$(BIN)/python -m benchmarks.cross_device
+	$(BIN)/python -m benchmarks.synthetic_rounds
 	$(BIN)/python -m benchmarks.threads_under_load
 	$(BIN)/python -m benchmarks.stored_commands
 	$(BIN)/python -m benchmarks.object_store

@@ -71,6 +71,8 @@ Training: the trainer and its one client step
         the sequential executor runs it for one client, the vectorized executor for the round's
         cohort, so it is never written twice (fedhet.engine.client_step has FedProx's as an
         example).
+    Proximal
+        The client step mu/2 ||w - anchor||^2 (FedProx's), which the fused executor also runs.
     ClientJob, ClientResult, Traffic
         One client's work in a round, its result, and the traffic a round adds.
     SGDSettings, sgd
@@ -217,6 +219,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "PartlyLocal": ("fedhet.engine.personal", "PartlyLocal"),
     "PartlyShared": ("fedhet.engine.personal", "PartlyShared"),
     "PersonalModels": ("fedhet.engine.personal", "PersonalModels"),
+    "Proximal": ("fedhet.engine.client_step", "Proximal"),
     "TrainedBeside": ("fedhet.engine.personal", "TrainedBeside"),
     "SGDSettings": ("fedhet.engine.local", "SGDSettings"),
     "Scores": ("fedhet.metrics.accuracy", "Scores"),

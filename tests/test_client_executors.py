@@ -14,10 +14,13 @@ import torch
 
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
-from fedhet.engine.client_executors import auto_choice
+from fedhet.engine.client_executors import auto_choice, executor_name
+from fedhet.engine.client_step import Proximal
 from fedhet.engine.loop import Engine
+from fedhet.engine.run_format import RunState
 from fedhet.execution.planning import runs_of
 from fedhet.execution.results import execute
+from fedhet.methods.fedprox.algorithm import FedProx
 
 SPEC = {
     "name": "executors",
@@ -114,8 +117,8 @@ TWO_ROUNDS = {**SPEC["federation"], "rounds": 2}
         ),
         (
             "fused",
-            {"algorithm": {"name": "fedprox", "mu": 0.1}, "federation": TWO_ROUNDS},
-            "fedprox's client step changes local SGD",
+            {"algorithm": {"name": "scaffold"}, "federation": TWO_ROUNDS},
+            "scaffold's client step changes local SGD",
         ),
         (
             "fused",
@@ -143,13 +146,14 @@ def test_what_cannot_run_vectorized_or_fused_runs_sequentially_said_in_one_line(
     ("changes", "choice"),
     [
         ({}, "fused"),
-        ({"algorithm": {"name": "fedprox", "mu": 0.1}}, "vectorized"),
+        ({"algorithm": {"name": "fedprox", "mu": 0.1}}, "fused"),
+        ({"algorithm": {"name": "scaffold"}}, "vectorized"),
         ({"model": {"arch": "simple_cnn"}}, "sequential"),
     ],
 )
 def test_auto_picks_fused_then_vectorized_then_sequential(tmp_path, changes, choice):
-    """Fused where the MLP's client step is plain SGD; vectorized for other models without
-    convolutions; sequential for convolutions."""
+    """Fused where the MLP's client step is plain SGD or FedProx's proximal term; vectorized for
+    other client steps and models without convolutions; sequential for convolutions."""
     spec = parse_spec({**SPEC, **changes})
     trainer = Engine.from_spec(spec, tmp_path).algorithm
     assert auto_choice(trainer, trainer.build_model(), torch.device("cpu")) == choice
@@ -161,3 +165,49 @@ def test_auto_runs_the_default_spec_fused(tmp_path, one_thread):
     spec["federation"]["rounds"] = 2
     (run,) = runs_of(parse_spec(spec))
     assert execute(run, ArtifactStore(tmp_path)).attrs["environment"]["clients"] == "fused"
+
+
+def rounds_of(clients: str, folder, rounds: int = 3, trainer=None) -> tuple[Engine, RunState]:
+    spec = parse_spec(
+        {
+            **SPEC,
+            "algorithm": {"name": "fedprox", "mu": 1.0},
+            "runtime": {**SPEC["runtime"], "clients": clients},
+        }
+    )
+    engine = Engine.from_spec(spec, folder / clients, trainer=trainer, say=print)
+    state = engine.initial_state()
+    for rnd in range(rounds):
+        engine.run_round(rnd, state)
+    return engine, state
+
+
+def test_fedprox_runs_fused_the_sequential_rounds(tmp_path, one_thread):
+    """Three rounds of FedProx (mu 1): the global models and the clients' recorded losses agree
+    to float32 rounding."""
+    fused, fused_state = rounds_of("fused", tmp_path)
+    sequential, sequential_state = rounds_of("sequential", tmp_path)
+    assert executor_name(fused.executor) == "fused"
+    for name, tensor in sequential_state.global_state.items():
+        torch.testing.assert_close(fused_state.global_state[name], tensor, rtol=1e-5, atol=1e-6)
+    loss = "train_loss"
+    np.testing.assert_allclose(fused_state.metrics[loss], sequential_state.metrics[loss], 1e-5)
+
+
+def test_a_step_other_than_the_one_declared_runs_sequentially(tmp_path, one_thread, capsys):
+    """A trainer declaring a proximal step whose step also corrects the gradients."""
+
+    class Corrected(Proximal):
+        def correct(self, grads, extras, params):
+            return {n: 2 * g for n, g in grads.items()}
+
+    class Declares(FedProx):
+        def client_step(self, round, global_state, server_state) -> Proximal:
+            return Corrected(self.config.mu, global_state)
+
+    engine, _ = rounds_of("fused", tmp_path, rounds=2, trainer=Declares)
+    said = [line for line in capsys.readouterr().out.splitlines() if "clients:" in line]
+    assert said == [
+        "clients: training sequentially, not fused (fedprox's client step changes local SGD)"
+    ]
+    assert executor_name(engine.executor) == "sequential"

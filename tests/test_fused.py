@@ -14,6 +14,7 @@ from torch import nn
 from fedhet.core.spec import parse_spec
 from fedhet.data.clients import ClientData
 from fedhet.engine import fused as fused_module
+from fedhet.engine.client_step import OneClient, Proximal
 from fedhet.engine.cohort_gradients import linear_chain
 from fedhet.engine.fused import chain_layers, fused_sgd
 from fedhet.engine.local import Divergence, batch_schedule, local_sgd
@@ -30,35 +31,49 @@ def client(n: int = 23, in_shape=(1, 6, 6), classes: int = 5) -> ClientData:
     return ClientData(0, torch.randn(n, *in_shape, generator=gen), torch.randint(classes, (n,)))
 
 
-def reference(model, data: ClientData, steps: int, batch: int, lr: float, wd: float):
+def proximal(model, mu: float) -> Proximal:
+    """FedProx's term anchored away from the model's start (it pulls from the first step on)."""
+    gen = torch.Generator().manual_seed(5)
+    anchor = {
+        n: p.detach() + 0.1 * torch.randn(p.shape, generator=gen)
+        for n, p in model.named_parameters()
+    }
+    return Proximal(mu, anchor)
+
+
+def reference(model, data: ClientData, steps: int, batch: int, lr: float, wd: float, mu=0.0):
+    """Autograd and torch.optim.SGD, with FedProx's term (mu > 0) as the sequential path runs it."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, weight_decay=wd)
     batches = batch_schedule(data.n, batch, steps, torch.Generator().manual_seed(1))
+    one = OneClient(proximal(model, mu), model, {}, lr)
     stats = local_sgd(
         model,
         data,
         batches,
         optimizer,
-        lambda m, x, y: F.cross_entropy(m(x), y),
-        lambda m: None,
-        lambda m: None,
+        lambda m, x, y: one.loss(F.cross_entropy(m(x), y)),
+        one.before_step,
+        one.after_step,
     )
     return {n: t.detach().clone() for n, t in model.state_dict().items()}, stats
 
 
-def fused(model, data: ClientData, steps: int, batch: int, lr: float, wd: float):
+def fused(model, data: ClientData, steps: int, batch: int, lr: float, wd: float, mu=0.0):
     chain = chain_layers(model, linear_chain(model, data.x[0]))
     start = {n: t.detach().clone() for n, t in model.state_dict().items()}
     batches = batch_schedule(data.n, batch, steps, torch.Generator().manual_seed(1))
-    return fused_sgd(chain, start, data.x, data.y, batches, lr, wd)
+    return fused_sgd(chain, start, data.x, data.y, batches, lr, wd, proximal(model, mu))
 
 
 @pytest.mark.parametrize("hidden", [[16, 8], [12], []])
-@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
-def test_fused_steps_are_autograd_and_torch_sgd_steps(hidden, weight_decay):
-    """Ragged batches (23 samples, batch 5) over several epochs, MLPs of depth 0 to 2."""
+@pytest.mark.parametrize(("weight_decay", "mu"), [(0.0, 0.0), (0.01, 0.0), (0.0, 1.0), (0.01, 0.5)])
+def test_fused_steps_are_autograd_and_torch_sgd_steps(hidden, weight_decay, mu):
+    """Ragged batches (23 samples, batch 5) over several epochs, MLPs of depth 0 to 2, with
+    weight decay and FedProx's proximal term (its value in the losses, its gradient in the
+    steps)."""
     data = client()
-    expected, expected_stats = reference(model_of(hidden), data, 13, 5, 0.1, weight_decay)
-    state, stats = fused(model_of(hidden), data, 13, 5, 0.1, weight_decay)
+    expected, expected_stats = reference(model_of(hidden), data, 13, 5, 0.1, weight_decay, mu)
+    state, stats = fused(model_of(hidden), data, 13, 5, 0.1, weight_decay, mu)
     assert state.keys() == expected.keys()
     for name, tensor in expected.items():
         torch.testing.assert_close(state[name], tensor, rtol=1e-5, atol=1e-6)

@@ -8,18 +8,19 @@ float32, so the executor that ran is recorded in the artifact's environment. All
 trainer's one `client_step`; a round the chosen executor cannot run (BatchNorm, an objective
 other than cross-entropy, a trainer that declares its clients not vectorizable, a synchronized
 first step, momentum buffers kept across rounds; for fused also convolutions, momentum, or a
-client step with hooks) runs sequentially, said once per run.
+client step with hooks other than a proximal term's) runs sequentially, said once per run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import get_type_hints
 
 import torch
 from torch import nn
 
-from fedhet.engine.client_step import ClientStep
+from fedhet.engine.client_step import LOCAL_SGD_HOOKS, ClientStep, Proximal
 from fedhet.engine.cohort_gradients import linear_chain
 from fedhet.engine.executor import ClientDiverged, ClientExecutor, SequentialExecutor
 from fedhet.engine.fused import chain_layers, fused_sgd
@@ -39,10 +40,11 @@ SEQUENTIAL, VECTORIZED, FUSED = "sequential", "vectorized", "fused"
 def auto_choice(trainer: Trainer, model: nn.Module, device: torch.device) -> str:
     """What `runtime.clients: auto` runs, the fastest executor measured for the run
     (benchmarks/cross_device.py, FedAvg MLP, 50 clients a round, batch 10, one CPU thread: fused
-    rounds 2.5x faster than sequential, vectorized 1.1x): fused on a CPU where its steps apply
-    (an MLP, plain SGD, a method whose client step has no hooks); else vectorized for a cohort
-    of models without convolutions (grouped convolutions are no faster than one client at a
-    time), on a GPU first; sequential otherwise."""
+    rounds 2.5x faster than sequential, vectorized 1.1x; benchmarks/synthetic_rounds.py, FedAvg
+    and FedProx logistic regression: fused 7-16x, vectorized 2-3x): fused on a CPU where its
+    steps apply (an MLP, plain SGD, a method whose client step has no hooks or is a proximal
+    term); else vectorized for a cohort of models without convolutions (grouped convolutions are
+    no faster than one client at a time), on a GPU first; sequential otherwise."""
     if device.type == "cpu" and why_not_fused(trainer, model) is None:
         return FUSED
     convolutions = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
@@ -72,13 +74,36 @@ def why_not_fused(trainer: Trainer, model: nn.Module) -> str | None:
     reason = why_sequential(trainer, model)
     if reason is not None:
         return reason
-    if type(trainer).client_step is not Trainer.client_step:
+    if not fused_steps(declared_step(trainer)):
         return f"{trainer.config.name}'s client step changes local SGD"
     if trainer.momentum:
         return "the clients' SGD has momentum"
     if linear_chain(model, _one_input(trainer)) is None:
         return "the model is not a chain of Linear, ReLU and Flatten layers"
     return None
+
+
+def declared_step(trainer: Trainer) -> type:
+    """The class of the trainer's client steps: the base class if it keeps `client_step`, else
+    the class its override declares it returns (object where it declares none, or just
+    ClientStep, which every step is)."""
+    client_step = type(trainer).client_step
+    if client_step is Trainer.client_step:
+        return ClientStep
+    try:
+        declared = get_type_hints(client_step).get("return", object)
+    except NameError:  # an annotation only a type checker resolves
+        return object
+    return declared if isinstance(declared, type) and declared is not ClientStep else object
+
+
+def fused_steps(step: type) -> bool:
+    """Whether `fused_sgd` takes the steps of a client step of class `step`: the base class's
+    (none of its own) or a proximal term's, no hook of local SGD changed."""
+    if not issubclass(step, ClientStep):
+        return False
+    known = Proximal if issubclass(step, Proximal) else ClientStep
+    return all(getattr(step, hook) is getattr(known, hook) for hook in LOCAL_SGD_HOOKS)
 
 
 @contextmanager
@@ -114,7 +139,11 @@ class _WithFallback:
     ) -> list[ClientResult]:
         if not jobs:  # a round nobody reports in
             return []
+        head = jobs[0]  # what the round's jobs share
         reason = self.reason or self.why_not_this_round(jobs)
+        if not reason:
+            step = self.trainer.client_step(head.round, head.global_state, head.server_state)
+            reason = self.why_not_step(step)
         if reason:
             if SEQUENTIAL not in self.ran:
                 self.say(f"clients: training sequentially, not {self.name} ({reason})")
@@ -123,14 +152,16 @@ class _WithFallback:
         self.ran.add(self.name)
         for job in jobs:  # as the sequential path, for `Trainer.client_finish`
             job.context = self.trainer.client_context(job)
-        head = jobs[0]  # what the round's jobs share
-        step = self.trainer.client_step(head.round, head.global_state, head.server_state)
         return self._round(jobs, step)
 
     def why_not_this_round(self, jobs: Sequence[ClientJob]) -> str | None:
         """Why this round's `jobs` run sequentially (None: they can run this way)."""
         synchronized = any(job.first_step is not None for job in jobs)
         return "a synchronized first step" if synchronized else None
+
+    def why_not_step(self, step: ClientStep) -> str | None:
+        """Why the round's client `step` runs sequentially (None: it can run this way)."""
+        return None
 
     def _round(self, jobs: Sequence[ClientJob], step: ClientStep) -> list[ClientResult]:
         raise NotImplementedError
@@ -148,6 +179,12 @@ class FusedExecutor(_WithFallback):
         if self.reason is None:
             self.chain = chain_layers(model, linear_chain(model, _one_input(trainer)))
 
+    def why_not_step(self, step: ClientStep) -> str | None:
+        """A step of another class than its trainer declares, with hooks `fused_sgd` lacks."""
+        if fused_steps(type(step)):
+            return None
+        return f"{self.trainer.config.name}'s client step changes local SGD"
+
     def _round(self, jobs: Sequence[ClientJob], step: ClientStep) -> list[ClientResult]:
         with one_thread(), torch.no_grad():  # no autograd bookkeeping on any operation
             return [self._train(job, step) for job in jobs]
@@ -163,6 +200,7 @@ class FusedExecutor(_WithFallback):
                 trainer.client_batches(job),
                 job.sgd.lr,
                 job.sgd.weight_decay,
+                step if isinstance(step, Proximal) else None,
             )
         except Divergence as err:
             raise ClientDiverged(job.client.id, err) from err

@@ -14,20 +14,12 @@ the order of torch.optim.SGD's step:
     ...
     upload, kept = step.finish(client_state, state, stats, sgd)   once trained
 
-FedProx's whole client step (fedhet/methods/fedprox/algorithm.py), for example:
-
-    class Proximal(ClientStep):
-        def __init__(self, mu, anchor):
-            self.mu, self.anchor = mu, anchor
-
-        def loss(self, params):
-            if self.mu == 0:
-                return None
-            prox = sum(((p - self.anchor[n]) ** 2).flatten(1).sum(1) for n, p in params.items())
-            return 0.5 * self.mu * prox
-
+FedProx's whole client step is `Proximal` below: a loss term, mu/2 ||w - anchor||^2.
 The base class adds nothing: FedAvg's step, and FedNova's (which needs only each client's step
-count, in every result).
+count, in every result). The fused executor (fedhet.engine.fused), which derives an MLP's
+gradients by hand, runs two client steps, whose hooks in `LOCAL_SGD_HOOKS` it knows in closed
+form: the base class and `Proximal` (FedProx's, its gradient mu (w - anchor) folded into the
+step like weight decay toward the anchor).
 """
 
 from __future__ import annotations
@@ -40,6 +32,8 @@ from fedhet.engine.local import LocalStats, SGDSettings
 from fedhet.engine.tensors import Tensors
 
 Stacked = Mapping[str, Tensor]  # name -> a tensor with a leading client dim
+
+LOCAL_SGD_HOOKS = ("extras", "loss", "client_loss", "correct", "after_step")  # the hooks inside it
 
 
 class ClientStep:
@@ -78,6 +72,19 @@ class ClientStep:
         `sgd`: the tensors it sends the server besides its model, and the entries its persistent
         state takes on."""
         return {}, {}
+
+
+class Proximal(ClientStep):
+    """mu/2 ||w - anchor||^2 added to each client's loss, anchored at the round's global model."""
+
+    def __init__(self, mu: float, anchor: Tensors):
+        self.mu, self.anchor = mu, anchor
+
+    def loss(self, params: Stacked) -> Tensor | None:
+        if self.mu == 0:
+            return None
+        prox = sum(((p - self.anchor[n]) ** 2).flatten(1).sum(1) for n, p in params.items())
+        return 0.5 * self.mu * prox
 
 
 class OneClient:

@@ -11,9 +11,15 @@ groups of up to GATHERED_SAMPLES) in the order its steps take them, so a step's 
 the parameter-free layers below the first Linear run once a group, and the losses are read back
 once a group.
 
-The arithmetic is torch.optim.SGD's (gradient of the batch-mean cross-entropy plus weight decay
-times the weight, then the step), rounded differently in float32 (about 1e-8 relative on a
-client's update), so a run records the executor it ran on (`runtime.clients`).
+A proximal term mu/2 ||w - anchor||^2 in the loss (FedProx's, `fedhet.engine.client_step.Proximal`)
+is weight decay toward the anchor: its gradient mu (w - anchor) joins the shrink of the same
+`addmm_` (beta=1 - lr (wd + mu)), and lr mu anchor is added to the parameters, which the client's
+copy holds in one flat tensor: one `add_` a step, and one `dist` for the term's value in the
+step's loss, however many layers.
+
+The arithmetic is torch.optim.SGD's (gradient of the batch-mean cross-entropy plus the proximal
+term's plus weight decay times the weight, then the step), rounded differently in float32 (about
+1e-8 relative on a client's update), so a run records the executor it ran on (`runtime.clients`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.data.clients import take_rows
+from fedhet.engine.client_step import Proximal
 from fedhet.engine.local import Divergence, LocalStats
 from fedhet.engine.tensors import Tensors
 
@@ -75,31 +82,70 @@ def fused_sgd(
     batches: Iterable[Tensor],
     lr: float,
     weight_decay: float = 0.0,
+    proximal: Proximal | None = None,
 ) -> tuple[Tensors, LocalStats]:
-    """(the client's state after SGD over `batches` of (x, y) from `start`, its stats).
+    """(the client's state after SGD over `batches` of (x, y) from `start`, its stats), with
+    `proximal`'s term in the loss if given.
 
     Raises `Divergence` at the first step whose loss is not finite, as `local_sgd` does.
     """
-    state = {n: t.clone() for n, t in start.items()}
+    mu = proximal.mu if proximal is not None else 0.0
+    state, anchored = _copy(start, proximal.anchor if mu else {})
     layers = [_Bound.of(layer, state) for layer in chain]
     first_linear = next(i for i, layer in enumerate(layers) if layer.kind == "linear")
     classes = next(layer.weight for layer in reversed(layers) if layer.kind == "linear").shape[0]
     eye = torch.eye(classes, dtype=x.dtype, device=x.device)
-    shrink = 1.0 - lr * weight_decay
+    rates = _Rates(lr, 1.0 - lr * (weight_decay + mu), lr * mu)
     values: list[float] = []
     for group in _groups(list(batches)):
         gathered = _gather(layers[:first_linear], x, y, eye, group)
-        losses = [
-            _step(layers[first_linear:], batch, lr / batch.y.shape[0], shrink) for batch in gathered
-        ]
+        steps = [_step(layers[first_linear:], batch, rates, anchored) for batch in gathered]
         done = len(values)
-        values += torch.stack(losses).tolist()  # read once a group, not at every step
+        values += _losses(steps, mu).tolist()  # read once a group, not at every step
         for step in range(done, len(values)):  # the group's later steps ran on regardless
             if not math.isfinite(values[step]):
                 raise Divergence(step, values[step])
     if not values:
         return state, LocalStats(0, 0.0)
     return state, LocalStats(len(values), sum(values) / len(values), first_loss=values[0])
+
+
+class _Rates(NamedTuple):
+    """A step's factors: the learning rate, the weights' shrink 1 - lr (weight decay + mu), and
+    the pull lr mu toward the proximal term's anchor."""
+
+    lr: float
+    shrink: float
+    pull: float
+
+
+class _Anchored(NamedTuple):
+    """The client's parameters as one flat tensor (the state's entries are views of it), and
+    the proximal term's anchor flattened alike."""
+
+    parameters: Tensor
+    anchor: Tensor
+
+
+def _copy(start: Tensors, anchor: Tensors) -> tuple[Tensors, _Anchored | None]:
+    """The client's copy of `start` to train, with its entries that `anchor` names held in one
+    flat tensor (None: no anchor)."""
+    names = [n for n in start if n in anchor]
+    if not names:
+        return {n: t.clone() for n, t in start.items()}, None
+    flat = torch.cat([start[n].flatten() for n in names])
+    parts = dict(zip(names, flat.split([start[n].numel() for n in names]), strict=True))
+    state = {n: parts[n].view_as(t) if n in parts else t.clone() for n, t in start.items()}
+    return state, _Anchored(flat, torch.cat([anchor[n].flatten() for n in names]))
+
+
+def _losses(steps: list[tuple[Tensor, Tensor | None]], mu: float) -> Tensor:
+    """The steps' losses: their batches' mean cross-entropy, plus mu/2 the squared distance of
+    the parameters from their anchor (none without a proximal term)."""
+    data = torch.stack([loss for loss, _ in steps])
+    if steps[0][1] is None:
+        return data
+    return data + 0.5 * mu * torch.stack([distance for _, distance in steps]).square()
 
 
 def _groups(batches: list[Tensor]) -> Iterator[list[Tensor]]:
@@ -157,10 +203,12 @@ class _Bound:
         return torch.addmm(self.bias, h, self.weight_t)
 
 
-def _step(layers: list[_Bound], batch: _Batch, rate: float, shrink: float) -> Tensor:
+def _step(
+    layers: list[_Bound], batch: _Batch, rates: _Rates, anchored: _Anchored | None
+) -> tuple[Tensor, Tensor | None]:
     """One SGD step in place on the layers' tensors (the chain from its first linear layer on);
-    the batch's mean cross-entropy before it. `rate` is the step size over the batch size: the
-    step follows the gradient of the batch's summed loss."""
+    (the batch's mean cross-entropy, the parameters' distance from their anchor) before it."""
+    distance = None if anchored is None else torch.dist(*anchored)
     inputs = []  # each layer's input, for its backward
     h = batch.x
     for layer in layers:
@@ -169,6 +217,7 @@ def _step(layers: list[_Bound], batch: _Batch, rate: float, shrink: float) -> Te
     log_p = torch.log_softmax(h, 1)
     loss = F.nll_loss(log_p, batch.y)
     delta = log_p.exp_().sub_(batch.one_hot)  # d(summed loss)/d(logits)
+    rate = rates.lr / batch.y.shape[0]  # the step follows the gradient of the summed loss
     for i in range(len(layers) - 1, -1, -1):
         layer, h = layers[i], inputs[i]
         if layer.kind == "relu":
@@ -178,9 +227,11 @@ def _step(layers: list[_Bound], batch: _Batch, rate: float, shrink: float) -> Te
         else:
             down = delta @ layer.weight if i > 0 else None  # before the step
             delta_t = delta.T
-            # W (1 - lr wd) - rate delta.T h: torch.optim.SGD's step with weight decay
-            layer.weight.addmm_(delta_t, h, beta=shrink, alpha=-rate)
+            # W (1 - lr (wd + mu)) - rate delta.T h (+ lr mu anchor): torch.optim.SGD's step
+            layer.weight.addmm_(delta_t, h, beta=rates.shrink, alpha=-rate)
             if layer.bias is not None:
-                layer.bias.addmv_(delta_t, batch.ones, beta=shrink, alpha=-rate)
+                layer.bias.addmv_(delta_t, batch.ones, beta=rates.shrink, alpha=-rate)
             delta = down
-    return loss
+    if anchored is not None:
+        anchored.parameters.add_(anchored.anchor, alpha=rates.pull)
+    return loss, distance

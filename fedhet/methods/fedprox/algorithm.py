@@ -1,21 +1,7 @@
-"""FedProx: FedAvg with the proximal term mu/2 ||w - w_global||^2 in the local objective."""
+"""FedProx: FedAvg with the proximal term mu/2 ||w - w_global||^2 in the local objective (the
+engine's `Proximal` client step, which the fused executor applies in closed form)."""
 
-from torch import Tensor
-
-from fedhet.plugin import ClientStep, Stacked, Tensors, Trainer
-
-
-class Proximal(ClientStep):
-    """mu/2 ||w - anchor||^2 added to each client's loss, anchored at the round's global model."""
-
-    def __init__(self, mu: float, anchor: Tensors):
-        self.mu, self.anchor = mu, anchor
-
-    def loss(self, params: Stacked) -> Tensor | None:
-        if self.mu == 0:
-            return None
-        prox = sum(((p - self.anchor[n]) ** 2).flatten(1).sum(1) for n, p in params.items())
-        return 0.5 * self.mu * prox
+from fedhet.plugin import Proximal, Tensors, Trainer
 
 
 class FedProx(Trainer):
