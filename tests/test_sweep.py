@@ -33,7 +33,7 @@ from fedhet.process.interrupts import Interrupted
 MATRIX = {
     **TINY_SPEC,
     "federation": {"rounds": 3, "batch_size": 32, "lr": 0.05},
-    "runtime": {"threads": 1, "checkpoint_every": 1, "progress": False},
+    "runtime": {"threads": 1, "progress": False},  # a fast run: no checkpoint unless asked
     "matrix": {"algorithm.name": ["fedavg", "scaffold"], "seed": [0, 1]},
 }
 
@@ -128,8 +128,9 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, fedhet, 
     store = tmp_path / "s"
     # a lock of a dead process of this host is stale at once; the short timeout is for others
     env = cli_env(store, **{lockfile.STALE_ENV: "2"})
+    every_round = ["runtime.checkpoint_every=1"]  # a runtime setting: the same keys
     first = subprocess.Popen(
-        [sys.executable, "-m", "fedhet", "train", spec, "--jobs", "2"],
+        [sys.executable, "-m", "fedhet", "train", spec, *every_round, "--jobs", "2"],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -143,7 +144,7 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, fedhet, 
     os.killpg(first.pid, signal.SIGKILL)  # the command and its workers, all at once
     first.wait(timeout=30)
     assert list(store.glob("train/*.lock"))  # left behind by the dead workers
-    rerun = fedhet("train", spec, env=env)  # in order, so that its messages say what it does
+    rerun = fedhet("train", spec, *every_round, env=env)  # in order: its messages say what it does
     assert rerun.rc == 0, rerun.stderr
     assert "taking over the stale lock of" in rerun.stderr
     assert re.search(r"resuming train \w+ from round [23] of 3", rerun.stderr), rerun.stderr
