@@ -244,7 +244,8 @@ def test_the_server_killed_mid_train_then_a_rerun_equals_an_uninterrupted_run(
     resumed = fedhet("train", spec, env=env)
     assert resumed.rc == 0, resumed.stderr
     assert "resuming train" in resumed.stderr, resumed.stderr
-    local = fedhet("train", spec, store=tmp_path / "local")
+    # the reference writes no checkpoint: a runtime setting, the same key
+    local = fedhet("train", spec, "runtime.checkpoint_every=1000", store=tmp_path / "local")
     assert local.rc == 0, local.stderr
     exports = [fedhet("export", spec, env=env), fedhet("export", spec, store=tmp_path / "local")]
     assert all(e.rc == 0 for e in exports), [e.stderr for e in exports]

@@ -33,7 +33,7 @@ from fedhet.process.interrupts import Interrupted
 MATRIX = {
     **TINY_SPEC,
     "federation": {"rounds": 3, "batch_size": 32, "lr": 0.05},
-    "runtime": {"threads": 1, "checkpoint_every": 1, "progress": False},
+    "runtime": {"threads": 1, "progress": False},  # a fast run: no checkpoint unless asked
     "matrix": {"algorithm.name": ["fedavg", "scaffold"], "seed": [0, 1]},
 }
 
@@ -82,15 +82,6 @@ def test_jobs_2_equals_sequential_bit_for_bit(sequential, fedhet, tmp_path):
     assert result.stderr.count("partition") == 2 * 2  # running, computed: each once
 
 
-def test_ray_flag_alone_runs_on_a_local_ray_and_equals_sequential(sequential, fedhet, tmp_path):
-    pytest.importorskip("ray")
-    spec, expected, rows = sequential
-    result = fedhet("train", spec, "--ray", "--format", "json", store=tmp_path / "s")
-    assert result.rc == 0, result.stderr
-    assert without_times(json.loads(result.stdout)) == rows
-    assert_same(stored(tmp_path / "s"), expected)
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
     """The address of a local Ray cluster of two one-CPU nodes (real raylets), for this module."""
@@ -137,8 +128,9 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, fedhet, 
     store = tmp_path / "s"
     # a lock of a dead process of this host is stale at once; the short timeout is for others
     env = cli_env(store, **{lockfile.STALE_ENV: "2"})
+    every_round = ["runtime.checkpoint_every=1"]  # a runtime setting: the same keys
     first = subprocess.Popen(
-        [sys.executable, "-m", "fedhet", "train", spec, "--jobs", "2"],
+        [sys.executable, "-m", "fedhet", "train", spec, *every_round, "--jobs", "2"],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -152,7 +144,7 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, fedhet, 
     os.killpg(first.pid, signal.SIGKILL)  # the command and its workers, all at once
     first.wait(timeout=30)
     assert list(store.glob("train/*.lock"))  # left behind by the dead workers
-    rerun = fedhet("train", spec, env=env)  # in order, so that its messages say what it does
+    rerun = fedhet("train", spec, *every_round, env=env)  # in order: its messages say what it does
     assert rerun.rc == 0, rerun.stderr
     assert "taking over the stale lock of" in rerun.stderr
     assert re.search(r"resuming train \w+ from round [23] of 3", rerun.stderr), rerun.stderr
@@ -272,15 +264,17 @@ def test_an_address_after_ray_is_the_ray_address(args, expected):
     assert ray_address_form(args) == expected
 
 
-def test_ray_flag_alone_starts_its_own_ray_past_a_stale_cluster_record(sequential, tmp_path):
+def test_ray_flag_alone_starts_its_own_ray_and_equals_sequential(sequential, tmp_path):
     """`--ray` alone starts a Ray here, as the docs say: it never attaches to the cluster that
     Ray's record of the last local cluster names (left behind by a killed process, it made
-    `train --ray` wait forever for a head that is gone)."""
+    `train --ray` wait forever for a head that is gone). A new interpreter, so that such a wait
+    ends with the timeout's kill; one Ray start checks both (each costs ~10 s)."""
     pytest.importorskip("ray")
-    spec, _, rows = sequential
+    spec, expected, rows = sequential
     ray_tmp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths
     (ray_tmp / "ray_current_cluster").write_text("192.0.2.2:46029\n")  # a head that is gone
     env = cli_env(tmp_path / "s", RAY_TMPDIR=str(ray_tmp))
     result = run_fedhet("train", spec, "--ray", "--format", "json", env=env, timeout=150)
     assert result.rc == 0, result.stderr
     assert without_times(json.loads(result.stdout)) == rows
+    assert_same(stored(tmp_path / "s"), expected)
