@@ -251,7 +251,7 @@ def test_report_of_a_2x2_matrix_writes_the_table_and_curves(tmp_path, monkeypatc
     assert heterogeneity[0][:3] == ["partition", "clients", "Hellinger"]
     assert [row[1] for row in heterogeneity[2:]] == ["3", "3"]  # a row per partition
     assert accuracy[0] == rounds[0] == speedup[0] == ["algorithm", "iid", "#C=4"]
-    assert stages[0] == ["algorithm", "setting", "seeds", "partition", "train", "total"]
+    assert stages[0] == ["algorithm", "setting", "seeds", "partition s", "train s", "total s"]
     best_cells = {row[0]: row[1:] for row in accuracy[2:]}
     round_cells = {row[0]: row[1:] for row in rounds[2:]}
     speedup_cells = {row[0]: row[1:] for row in speedup[2:]}
