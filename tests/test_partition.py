@@ -439,6 +439,14 @@ def test_max_samples_keeps_a_random_subset_of_each_clients_share(data, labelled,
             np.testing.assert_array_equal(kept, whole)
 
 
+def test_capped_dirichlet_deals_an_empty_pool_after_every_client_reached_its_cap():
+    """Found by the property above: one client holds all N samples (the cap) before the last
+    pool, which is empty; renormalizing over no allowed client divided 0 by 0."""
+    spec = DirichletPartition(clients=1, alpha=0.001, cap=True)
+    part = make_partition(spec, np.array([0]), 2, 0)
+    assert [list(indices) for indices in part.client_indices] == [[0]]
+
+
 def test_max_samples_draws_from_the_whole_share_and_keeps_keys():
     labels = np.repeat(np.arange(10), 600)
     spec = ClassesPartition(clients=10, classes_per_client=1)

@@ -286,7 +286,10 @@ def _capped_draw(
 
 def _restricted(shares: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """`shares` zeroed outside `allowed` and renormalized; uniform over `allowed` when they
-    carry no mass there (a tiny alpha can put all of it elsewhere)."""
+    carry no mass there (a tiny alpha can put all of it elsewhere); `shares` as they are when
+    no client is allowed (every client at the cap: only an empty pool is left to deal)."""
+    if not allowed.any():
+        return shares
     kept = np.where(allowed, shares, 0.0)
     if kept.sum() <= 0:
         kept = allowed.astype(np.float64)
