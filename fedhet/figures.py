@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import textwrap
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from matplotlib.ticker import MaxNLocator, MultipleLocator, PercentFormatter  # 
 
 from fedhet.core.errors import InputError  # noqa: E402
 from fedhet.core.files import write_atomically  # noqa: E402
+
+CAPTION_CHARS_PER_INCH = 14  # 8-point sans-serif text, with a margin
 
 FORMATS = ("png", "svg", "pdf")
 DPI = 200
@@ -220,10 +223,16 @@ def curves_figure(
         frameon=False,
     )
     if captions:
-        fig.supxlabel("\n".join(captions), fontsize=8)
-    if title:
-        fig.suptitle(title)
+        fig.supxlabel(_wrapped(captions, fig.get_figwidth()), fontsize=8)
+    if title:  # at the left: centred, it runs into the legend above a single column
+        fig.suptitle(title, x=0.01, horizontalalignment="left")
     return fig
+
+
+def _wrapped(lines: Sequence[str], width_in: float) -> str:
+    """`lines` folded between words to fit a figure `width_in` inches wide at 8 points."""
+    chars = int(width_in * CAPTION_CHARS_PER_INCH)
+    return "\n".join(textwrap.fill(line, chars) for line in lines)
 
 
 def _draw_panel(

@@ -282,3 +282,36 @@ def test_a_report_figure_is_written_in_every_format_at_once(tmp_path):
     written = metric_curves(panels, tmp_path / "c.png", formats=("png", "svg", "pdf"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pdf", "c.png", "c.svg"]
     assert [p.suffix for p in written] == [".png", ".svg", ".pdf"]
+
+
+def test_one_setting_keeps_legend_title_and_caption_apart_and_inside_the_figure():
+    """A report of one setting (one panel column): a long method label and a caption longer than
+    the figure is wide once drew the legend over the title and cut the caption at both edges."""
+    label = "FedBR (tau=0.5/0.5, index pairs, momentum=0.9)"
+    panels = {
+        "test accuracy": {"alpha=0.1": {"FedAvg": _curve([0.1, 0.2]), label: _curve([0.2, 0.3])}},
+        "weight divergence": {"alpha=0.1": {"FedAvg": _curve([1.0, 2.0]), label: _curve([1, 2])}},
+    }
+    caption = (
+        "Weight divergence: the mean over a round's clients of the L2 distance between the "
+        "client's model and the new global model."
+    )
+    fig = curves_figure(panels, title="fedbr_fmnist_skew_momentum", captions=(caption,))
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    (legend,) = fig.legends
+    boxes = {
+        "legend": legend.get_window_extent(renderer),
+        "title": fig._suptitle.get_window_extent(renderer),
+        "caption": fig._supxlabel.get_window_extent(renderer),
+        **{f"panel {i}": ax.get_window_extent(renderer) for i, ax in enumerate(fig.axes)},
+    }
+    whole = fig.bbox
+    for name, box in boxes.items():
+        assert whole.x0 <= box.x0 and box.x1 <= whole.x1, name  # nothing cut at an edge
+        assert whole.y0 <= box.y0 and box.y1 <= whole.y1, name
+    names = list(boxes)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            assert not boxes[a].overlaps(boxes[b]), (a, b)
+    assert fig.get_supxlabel().replace("\n", " ") == caption  # folded between words, all of it
