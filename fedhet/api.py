@@ -133,8 +133,9 @@ class Experiment(Session):
     def runs(self, algorithm: str | None = None, state: str | None = None) -> pd.DataFrame:
         """A row per run as far as the store has it: labels, seed, key, state, best and final
         test accuracy in percent (`best_test_pct`, `final_pct`), rounds, wall time (what
-        `fedhet runs` prints); only `algorithm`'s runs, or those in `state` (stored, diverged,
-        partial, missing), where given."""
+        `fedhet runs` prints); only `algorithm`'s runs, or those in `state` (stored, damaged,
+        diverged, partial, missing), where given. A damaged run (its checksums fail, as `plan`
+        checks them) has no results; a line on stderr says how to recompute it."""
         return _frame(self.run_rows(algorithm, state))
 
     @damage_named()

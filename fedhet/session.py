@@ -68,12 +68,14 @@ class Session(SpecSession):
 
     def run_rows(self, algorithm: str | None = None, state: str | None = None) -> Rows:
         """A row per run as far as the store has it (labels, seed, key, state, best and final
-        test accuracy, rounds, wall time); only `algorithm`'s runs (its label, or one in the
-        style of labels before), or those in `state`."""
+        test accuracy, rounds, wall time; a damaged run's checksums fail, as the plan checks
+        them: one line says how to recompute it); only `algorithm`'s runs (its label, or one in
+        the style of labels before), or those in `state`."""
         from fedhet.execution.labels import named_label
         from fedhet.reports.status import run_row
 
-        rows = [run_row(run, self.store) | {"key": run.node.key} for run in self.planned]
+        damaged = partial(self._damaged, "train")
+        rows = [run_row(run, self.store, damaged) | {"key": run.node.key} for run in self.planned]
         if algorithm is not None:
             algorithm = named_label(algorithm, [row["algorithm"] for row in rows]) or algorithm
         return [

@@ -16,6 +16,7 @@ from rich.console import Console
 from zarr.codecs import Crc32cCodec
 
 import fedhet
+from fedhet import load
 from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.sealed import arrays
 from fedhet.core.spec import load_spec
@@ -170,6 +171,46 @@ def test_the_apis_plan_shows_damage_in_python_and_removes_what_is_built_on_it(
         f"`fedhet.artifacts({str(damaged)!r}).rm({short!r}, cascade=True)`, then `{call}.train()` "
         "recomputes it"
     )
+
+
+def test_runs_shows_a_damaged_run_as_damaged_with_the_plans_line_from_cli_and_api(
+    fedhet, trained, tmp_path, capsys
+):
+    """A flipped byte in a chunk no result is read from (the final model): `runs` checks the
+    checksums as `plan` does, instead of listing the run as stored with its accuracies."""
+    spec, _, key = trained
+    damaged = damaged_store(trained, tmp_path, "model/final/head.weight")
+    found = "model/final/head.weight: checksum mismatch"
+    plan = fedhet("plan", spec, store=damaged)
+    listed = fedhet("runs", spec, "--format", "json", store=damaged)
+    assert listed.rc == 0 and "Traceback" not in listed.stderr
+    (row,) = json.loads(listed.stdout)
+    assert row["state"] == "damaged" and row["best_test_pct"] is None
+    (line,) = listed.stderr.strip().splitlines()
+    assert (
+        line
+        == plan.stderr.strip()
+        == (
+            f"warning: train/{key[:12]} is damaged: {found} (`fedhet artifacts verify`); "
+            f"`fedhet artifacts rm {key[:12]}`, then `fedhet train {spec}` recomputes it"
+        )
+    )
+    table = fedhet("runs", spec, "--state", "damaged", store=damaged).stdout
+    assert "damaged" in table and "stored" not in table
+    frame = load(spec, store=damaged).runs()  # the fixture `fedhet` hides the module
+    assert frame.state.tolist() == ["damaged"] and frame.best_test_pct.isna().all()
+    (said,) = capsys.readouterr().err.strip().splitlines()
+    short = key[:12]
+    assert said == (
+        f"warning: train/{short} is damaged: {found} (`fedhet artifacts verify`); "
+        f"`fedhet.artifacts({str(damaged)!r}).rm({short!r})`, then "
+        f"`fedhet.load({str(spec)!r}, store={str(damaged)!r}).train()` recomputes it"
+    )
+    # what the line says to do recomputes it
+    assert fedhet("artifacts", "rm", short, store=damaged).rc == 0
+    assert fedhet("train", spec, store=damaged).rc == 0
+    (row,) = json.loads(fedhet("runs", spec, "--format", "json", store=damaged).stdout)
+    assert row["state"] == "stored" and row["best_test_pct"] > 10
 
 
 class StopAfter:

@@ -50,13 +50,17 @@ def runs(
     ] = None,
     state: Annotated[
         str | None,
-        typer.Option(help="only runs in this state: stored | diverged | partial | missing"),
+        typer.Option(
+            help="only runs in this state: stored | damaged | diverged | partial | missing"
+        ),
     ] = None,
     fmt: FormatOpt = Format.table,
     store: StoreOpt = None,
 ) -> None:
-    """Every run of the spec with what the store holds of it: state (stored, diverged, partial,
-    missing), best and final accuracy, rounds done and training time."""
+    """Every run of the spec with what the store holds of it: state (stored, damaged, diverged,
+    partial, missing), best and final accuracy, rounds done and training time. A stored run's
+    checksums are checked as `fedhet plan` checks them: a damaged run has no results, and a
+    line on stderr says how to recompute it."""
     session = given.open(Where(store))
     rows = session.run_rows(algorithm, state)
     show(out, rows, present(RUN_COLUMNS, rows), fmt, title=session.spec.name)

@@ -246,9 +246,12 @@ def summary(rows: list[dict[str, Any]]) -> str:
 _RESULTS = ("best_test", "test_at_best_val", "final", "wall_time_s")
 
 
-def run_row(run: Run, store: ArtifactStore) -> dict[str, Any]:
-    """A run's results as far as the store has them."""
-    state = stage_state(run.node, store, run.spec)
+def run_row(run: Run, store: ArtifactStore, on_damage: OnDamage) -> dict[str, Any]:
+    """A run's results as far as the store has them. A stored run's checksums are checked as
+    the plan checks them (`damage`): a damaged one has no results and is told to `on_damage`."""
+    state = stage_state(run.node, store, run.spec, verify=True)
+    if state.damage is not None:
+        on_damage(run.node.stage, run.node.key, state.damage)
     row: dict[str, Any] = {
         "label": run.label,
         "algorithm": run.algorithm_label,
@@ -258,7 +261,7 @@ def run_row(run: Run, store: ArtifactStore) -> dict[str, Any]:
         "best_test": math.nan,
         "test_at_best_val": math.nan,
         "final": math.nan,
-        "rounds": f"{state.done or 0}/{state.total}" if state.total else "",
+        "rounds": f"{state.done or 0}/{state.total}" if state.total and not state.damage else "",
         "wall_time_s": math.nan,
     }
     if state.state == STORED:
