@@ -154,6 +154,14 @@ def test_plan_shows_stored_partial_and_missing_stages_once(
     assert "6 stored, 1 partial, 2 missing; about" in result.stdout
     other = as_json(fedhet("plan", spec, "model.hidden=[8]", "--format", "json", store=store))
     assert {r["seconds_left"] for r in other if r["stage"] == "train"} == {None}  # no estimate
+    # a partition to compute (timed by the stored ones) and trainings of a shape never stored:
+    # the summary says which stages its time covers, not a total that reads as the whole plan's
+    mixed = fedhet("plan", spec, "model.hidden=[8]", "matrix.seed=[3]", store=store).stdout
+    summary = mixed.splitlines()[-1]
+    assert summary.startswith("3 stages: 3 missing; about ") and summary.endswith(
+        "s for 1 partition stage; no estimate for 2 train stages "
+        "(nothing stored of their shape to time them by)"
+    ), mixed
     shutil.rmtree(ckpt.parent)  # the module's later tests train this run for real
 
 

@@ -156,8 +156,9 @@ def plan(
     """Every run's stages and their state: stored, damaged (its checksums fail: a line on
     stderr says how to recompute it), partial (round k of n, from the checkpoint) or missing,
     with the time still needed where a stored run of the same stage and shape gives an
-    estimate. A stage shared by several runs is listed once, under the first. With --tune, the
-    trials' runs as far as the stored results decide them."""
+    estimate (the summary names the stages its time covers when others have none). A stage
+    shared by several runs is listed once, under the first. With --tune, the trials' runs as
+    far as the stored results decide them."""
     session = given.open(Where(store))
     rows, summary = session.plan_rows(tune)
     columns = PLAN_COLUMNS
@@ -165,7 +166,7 @@ def plan(
         columns = [*columns[:-1], Column("seconds_left", "seconds_left", "seconds")]
     show(out, rows, columns, fmt, title=session.spec.name)
     if fmt in (Format.table, Format.markdown):
-        out.print(summary)
+        out.print(summary, soft_wrap=True)  # one line, piped too
 
 
 @commands.command(

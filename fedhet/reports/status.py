@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -226,21 +226,42 @@ def outcome_row(
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
-    """The plan's states in one line, and the time still needed."""
+    """The plan's states in one line, and the time still needed (see `time_needed`)."""
     counts = defaultdict(int)
     for row in rows:
         counts[row["state"].split()[0].rstrip(":")] += 1
     states = ", ".join(
         f"{counts[s]} {s}" for s in (STORED, DIVERGED, PARTIAL, MISSING, DAMAGED) if counts[s]
     )
-    unknown = sum(row["seconds_left"] is None for row in rows)
-    total = sum(row["seconds_left"] or 0.0 for row in rows)
     if counts[PARTIAL] + counts[MISSING] + counts[DAMAGED] == 0:
         return f"{len(rows)} stages: {states}; nothing left to run"
-    needed = f"about {duration(total)} still needed" if total else "no time estimate"
-    if unknown and total:
-        needed += f" (no estimate for {unknown} stage{'s' if unknown > 1 else ''})"
-    return f"{len(rows)} stages: {states}; {needed}"
+    return f"{len(rows)} stages: {states}; {time_needed(rows)}"
+
+
+def time_needed(rows: list[dict[str, Any]]) -> str:
+    """The time the stages left to run need, saying which stages it covers when some have no
+    estimate: "about 8s for 15 partition stages; no estimate for 200 train stages (...)", not
+    a total that reads as the whole plan's."""
+    left = [row for row in rows if row["left"]]  # a stage to run has its `left` cell
+    known = [row for row in left if row["seconds_left"] is not None]
+    unknown = [row for row in left if row["seconds_left"] is None]
+    total = f"about {duration(sum(row['seconds_left'] for row in known))}"
+    if not unknown:
+        return f"{total} still needed"
+    if not known:
+        return "no time estimate"
+    return (
+        f"{total} for {_stages(known)}; no estimate for {_stages(unknown)} "
+        "(nothing stored of their shape to time them by)"
+    )
+
+
+def _stages(rows: list[dict[str, Any]]) -> str:
+    """The number of rows of each stage: "15 partition and 200 train stages"."""
+    counts = Counter(row["stage"] for row in rows)
+    named = [f"{n} {stage}" for stage, n in counts.items()]
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+    return f"{listed} stage{'s' if len(rows) > 1 else ''}"
 
 
 _RESULTS = ("best_test", "test_at_best_val", "final", "wall_time_s")
