@@ -1,5 +1,6 @@
-"""The Python API: the example of docs/how-to/python.md runs as written (in a temporary store
-and folder), and its tables agree with what the command line stores and exports."""
+"""The Python API: the example of docs/how-to/python.md runs as written (from the root of a
+copy of the repository, leaving its committed files alone), and its tables agree with what the
+command line stores and exports."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import TINY_SPEC, flip_a_byte
+from test_docs_code import copy_of_the_repository, stray_changes
 
 import fedhet
 from fedhet.core.errors import DamagedArtifactError, InputError
@@ -31,13 +33,17 @@ def docs_example() -> str:
 
 @pytest.mark.slow
 def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, capsys):
-    code = docs_example().replace('store="artifacts"', f'store="{tmp_path / "store"}"')
-    code = code.replace('report("report")', f'report("{tmp_path / "report"}")')
-    monkeypatch.chdir(REPO)
+    """From the root of a copy of the repository, as the page says: its ./artifacts store and
+    report/ folder, and `git status` there shows no committed file changed."""
+    folder = copy_of_the_repository(tmp_path / "repository")
+    code = docs_example()
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("FEDHET_STORE", raising=False)
     exec(compile(code, EXAMPLE_PAGE, "exec"), {"__name__": "__main__"})  # here: torch is loaded
     printed = capsys.readouterr().out
     assert "within noise" in printed or "ahead" in printed or "behind" in printed
-    assert (tmp_path / "report" / "quickstart.md").exists()
+    assert (folder / "report" / "quickstart.md").exists() and (folder / "artifacts").is_dir()
+    assert stray_changes(folder, code) == []
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ not show it):
 - `<!-- docs-test: skip REASON -->`: not run, and reported as a skipped test with REASON (a
   block that takes hours, starts a server or changes the environment); no reason, no skip;
 - `<!-- docs-test: by tests/test_X.py -->`: that test runs it, reading it from this page (the
-  test names the page's path, which is checked here);
+  test names the page's path, which is checked here); a command or script block there runs in
+  `copy_of_the_repository` too, and checks `stray_changes` as here;
 - `<!-- docs-test: fragment [of specs/X.yaml] -->`: part of a spec, validated merged over the
   named spec (`base:`), or over a small digits spec;
 - `<!-- docs-test: excerpt of PATH [why] -->`: quoted from PATH, a file that the tests run:
@@ -169,7 +170,7 @@ def _git(folder: Path, *args: str) -> str:
     return done.stdout.decode()
 
 
-def _copy_of_the_repository(folder: Path) -> Path:
+def copy_of_the_repository(folder: Path) -> Path:
     """The repository's files as they are now (tracked, and untracked but not ignored) in FOLDER,
     committed to a git repository of its own, whose `git status` is then empty."""
     names = _git(REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
@@ -188,7 +189,7 @@ def _named(name: str, code: str) -> bool:
     return re.search(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", code) is not None
 
 
-def _stray_changes(folder: Path, code: str) -> list[str]:
+def stray_changes(folder: Path, code: str) -> list[str]:
     """The lines of `git status` in FOLDER, less the new files and folders at its root that CODE
     names (the reader's own: `cat > mine.yaml`, `--out report`)."""
     committed = {Path(name).parts[0] for name in _git(folder, "ls-files").splitlines()}
@@ -210,7 +211,7 @@ def test_a_block_runs(
     monkeypatch: pytest.MonkeyPatch,
 ):
     if block.page not in folders:
-        folders[block.page] = _copy_of_the_repository(tmp_path_factory.mktemp("page")), set()
+        folders[block.page] = copy_of_the_repository(tmp_path_factory.mktemp("page")), set()
     folder, done = folders[block.page]
     # the page's blocks before this one first, when they have not run (this block alone, -k)
     page = [b for b in RUN_BLOCKS if b.page == block.page and b.line <= block.line]
@@ -218,7 +219,7 @@ def test_a_block_runs(
         if earlier.line not in done:
             _run(earlier, fedhet, folder, monkeypatch)
             done.add(earlier.line)
-    stray = _stray_changes(folder, "".join(b.code for b in page))
+    stray = stray_changes(folder, "".join(b.code for b in page))
     assert not stray, (
         f"{block.where}, run from the repository's root, leaves `git status`: {'; '.join(stray)} "
         "(write outputs elsewhere than the committed files, e.g. `--out report`)"
@@ -290,7 +291,7 @@ def _bash(block: Block, fedhet: CliRunner, env: dict[str, str], folder: Path) ->
 def test_the_check_of_git_status_catches_what_a_block_writes_among_committed_files(
     fedhet: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    folder = _copy_of_the_repository(tmp_path / "copy")
+    folder = copy_of_the_repository(tmp_path / "copy")
     code = (
         "from pathlib import Path\n"
         "Path('reports/quickstart.md').write_text('rewritten')\n"  # a committed report
@@ -302,7 +303,7 @@ def test_the_check_of_git_status_catches_what_a_block_writes_among_committed_fil
     )
     page = Block(REPO / "docs/example.md", 1, "python", code, "run", "")
     _run(page, fedhet, folder, monkeypatch)
-    assert _stray_changes(folder, code) == [
+    assert stray_changes(folder, code) == [
         " M reports/quickstart.md",
         "?? plot.png",
         "?? reports/mine.md",

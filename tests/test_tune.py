@@ -11,7 +11,6 @@ import io
 import json
 import re
 import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 import torch
 from conftest import REPO, CliRunner, cli_env, write_spec
 from rich.console import Console
+from test_docs_code import copy_of_the_repository, stray_changes
 
 from fedhet import load as fedhet_load
 from fedhet.core.spec import parse_spec
@@ -72,8 +72,9 @@ def docs_commands() -> list[str]:
 
 @pytest.mark.slow
 def test_the_docs_example_runs_as_written(fedhet: CliRunner, tmp_path: Path):
-    (tmp_path / "specs").mkdir()
-    shutil.copy(REPO / "specs" / "tune_digits.yaml", tmp_path / "specs")
+    """From the root of a copy of the repository, as the page says; `git status` there shows
+    no committed file changed."""
+    folder = copy_of_the_repository(tmp_path / "repository")
     env = cli_env()
     env.pop("FEDHET_STORE", None)  # ./artifacts of the folder, as for a reader
     results = {}
@@ -81,7 +82,7 @@ def test_the_docs_example_runs_as_written(fedhet: CliRunner, tmp_path: Path):
         program, *args = shlex.split(line, comments=True)
         assert program == "fedhet", line
         results[args[0] + (" --trials" if "--trials" in args else "")] = result = fedhet(
-            *args, env=env, cwd=tmp_path
+            *args, env=env, cwd=folder
         )
         assert result.rc == 0, f"{line}\n{result.stderr}"
     assert "valid (9 runs)" in results["spec"].stdout
@@ -90,9 +91,10 @@ def test_the_docs_example_runs_as_written(fedhet: CliRunner, tmp_path: Path):
     again = results["tune --trials"]
     assert "computing" not in again.stderr and "reusing the stored artifact" in again.stderr
     assert again.stdout.count("yes") == 3  # the chosen trial of each method
-    report = (tmp_path / "report" / "tune_digits_tuned.md").read_text()
+    report = (folder / "report" / "tune_digits_tuned.md").read_text()
     assert "## Tuning" in report and "4 trials per method, the same for every method" in report
     assert "## Paired differences against FedAvg" in report
+    assert stray_changes(folder, "\n".join(docs_commands())) == []
 
 
 def _permuted_test_labels(monkeypatch: pytest.MonkeyPatch) -> None:

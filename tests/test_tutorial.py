@@ -1,5 +1,7 @@
-"""The tutorial (docs/tutorial/first-experiment.md) works as written: its commands, run in an
-empty folder through the installed CLI, succeed and make what the text says they make."""
+"""The tutorial (docs/tutorial/first-experiment.md) works as written: its commands, run through
+the installed CLI (from the root of a copy of the repository, the folder a reader is likeliest in:
+it needs none of its files), succeed, make what the text says they make, and change no
+committed file."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import shlex
 from pathlib import Path
 
 from conftest import REPO, CliResult, CliRunner, cli_env
+from test_docs_code import copy_of_the_repository, stray_changes
 
 HEREDOC = re.compile(r"^cat > (\S+) <<'EOF'$")
 NOT_RUN = {"tensorboard"}  # a server that runs until stopped
@@ -48,7 +51,8 @@ def run_tutorial(fedhet: CliRunner, folder: Path) -> list[tuple[str, CliResult]]
 
 
 def test_the_tutorial_runs_as_written(fedhet: CliRunner, tmp_path: Path):
-    ran = run_tutorial(fedhet, tmp_path)
+    folder = copy_of_the_repository(tmp_path / "repository")
+    ran = run_tutorial(fedhet, folder)
     results = dict(ran)
     assert "skew.yaml: valid (6 runs)" in results["fedhet spec validate skew.yaml"].stdout
     plans = [result.stdout for line, result in ran if line == "fedhet plan skew.yaml"]
@@ -58,10 +62,11 @@ def test_the_tutorial_runs_as_written(fedhet: CliRunner, tmp_path: Path):
     assert runs.count("stored") == 6 and "missing" not in runs
     what_if = results["fedhet plan skew.yaml federation.lr=0.1"].stdout
     assert "2 stored, 6 missing; about" in what_if  # partitions reused, estimates from lr 0.05
-    assert (tmp_path / "report" / "skew.md").read_text().startswith("#")
-    assert (tmp_path / "report" / "skew.png").read_bytes()[:4] == b"\x89PNG"
+    assert (folder / "report" / "skew.md").read_text().startswith("#")
+    assert (folder / "report" / "skew.png").read_bytes()[:4] == b"\x89PNG"
     # only the named file: a panel per seed's partition
-    assert [p.name for p in tmp_path.glob("clients*.png")] == ["clients.png"]
+    assert [p.name for p in folder.glob("clients*.png")] == ["clients.png"]
     if "fedhet export skew.yaml --format csv --out skew.csv" in results:
-        assert (tmp_path / "skew.csv").read_text().count("\n") == 1 + 6 * 6  # runs x rounds
-        assert any((tmp_path / "tb").rglob("*tfevents*"))
+        assert (folder / "skew.csv").read_text().count("\n") == 1 + 6 * 6  # runs x rounds
+        assert any((folder / "tb").rglob("*tfevents*"))
+    assert stray_changes(folder, "\n".join(tutorial_lines())) == []
