@@ -37,6 +37,7 @@ def imported(*args: str) -> list[str]:
         ("plan", "specs/fednova_fmnist.yaml"),
         ("plan", "specs/tune_digits.yaml", "--tune"),
         ("spec", "validate", "specs/all_methods_fmnist.yaml"),
+        ("spec", "show", "specs/all_methods_fmnist.yaml"),  # issue 44: 6.7 s when it did
         ("plan", "specs/synthetic.yaml"),  # a dataset plug-in, described without torch
     ],
 )

@@ -21,7 +21,13 @@ class ClientTestSpec(Section):
 
 class EvalSpec(Section):
     every: Count = Field(1, description="evaluate the global model every N rounds")
-    target_accuracy: float | None = Field(None, gt=0, le=1)
+    target_accuracy: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="the test accuracy the rounds to target count to, a fraction of 1 (0.85: "
+        "85%, as the tables show it)",
+    )
     client_test: ClientTestSpec | None = Field(
         None, description="per-client test sets from the test split (eval and report only)"
     )
