@@ -29,7 +29,7 @@ from fedhet.cli.options import (
     say,
     spec_arguments,
 )
-from fedhet.cli.output import Column, Format, present, show
+from fedhet.cli.output import Column, Format, piped, present, show
 from fedhet.core.errors import RunError
 
 # two groups, so that the methods' commands (`fedhet virtual`) list after `partition`, the
@@ -166,7 +166,7 @@ def plan(
         columns = [*columns[:-1], Column("seconds_left", "seconds_left", "seconds")]
     show(out, rows, columns, fmt, title=session.spec.name)
     if fmt in (Format.table, Format.markdown):
-        out.print(summary, soft_wrap=True)  # one line, piped too
+        out.print(summary, soft_wrap=piped(out))  # piped: one line, as the table
 
 
 @commands.command(
