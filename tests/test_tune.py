@@ -91,6 +91,10 @@ def test_the_docs_example_runs_as_written(fedhet: CliRunner, tmp_path: Path):
     again = results["tune --trials"]
     assert "computing" not in again.stderr and "reusing the stored artifact" in again.stderr
     assert again.stdout.count("yes") == 3  # the chosen trial of each method
+    # piped (as here), the trials' table keeps every cell whole: issue 44's "centralize / d"
+    trials = [[c.strip() for c in line.split("│")[1:-1]] for line in again.stdout.splitlines()]
+    values = {row[3] for row in trials if row and row[0] == "FedProx"}
+    assert values == {"lr=0.1, mu=0.01", "lr=0.1, mu=0.1", "lr=0.3, mu=0.01", "lr=0.3, mu=0.1"}
     report = (folder / "report" / "tune_digits_tuned.md").read_text()
     assert "## Tuning" in report and "4 trials per method, the same for every method" in report
     assert "## Paired differences against FedAvg" in report
