@@ -137,6 +137,8 @@ def test_a_block_run_by_another_test_is_read_from_its_page_there(block: Block):
     assert test.is_file() and test.parent.name == "tests", f"{block.where}: no test {test}"
     page = str(block.page.relative_to(REPO))
     assert page in test.read_text(), f"{block.argument} does not read {page}"
+    if block.language == "bash":  # commands: run from a copy of the repository, checked there
+        assert "stray_changes(" in test.read_text(), f"{block.argument}: check stray_changes"
 
 
 @pytest.mark.parametrize("block", of_mode("excerpt"), ids=_id)
