@@ -261,9 +261,9 @@ def test_min_samples_beyond_the_data_is_an_input_error():
 )
 def test_tiny_alpha_with_many_clients_finishes_fast(spec):
     labels = np.random.default_rng(0).permutation(balanced_labels())
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: a loaded machine stretches wall time, not these
     partition = make_partition(spec, labels, 10, seed=0)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < 2.0
     assert partition.histogram.sum(axis=1).min() >= getattr(spec, "min_samples", 60)
     assert partition.histogram.sum() == 60_000
