@@ -7,11 +7,12 @@ both sealed groups."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -32,6 +33,31 @@ def create_array(group: zarr.Group, name: str, **options: Any) -> zarr.Array:
     from zarr.codecs import Crc32cCodec, ZstdCodec
 
     return group.create_array(name, compressors=(ZstdCodec(), Crc32cCodec()), **options)
+
+
+def create_arrays(group: zarr.Group, named: Mapping[str, np.ndarray]) -> None:
+    """`create_array(group, name, data=data)` for each (name, data) of `named`, all written
+    concurrently in one call into zarr's event loop: one call each waits for two thread switches
+    and a file write per array, which was most of a small checkpoint's save time. The files are
+    the same bytes either way (a parent group "a" of "a/b" is written once, atomically, by zarr)."""
+    from zarr.api.asynchronous import create_array as create
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+    from zarr.core.sync import sync
+
+    async def write_all() -> None:
+        await asyncio.gather(
+            *(
+                create(
+                    group.store,
+                    name=f"{group.path}/{name}".lstrip("/"),
+                    data=data,
+                    compressors=(ZstdCodec(), Crc32cCodec()),
+                )
+                for name, data in named.items()
+            )
+        )
+
+    sync(write_all())
 
 
 def damaged_array(error: BaseException) -> zarr.Array | None:
@@ -172,8 +198,13 @@ def seal(group: zarr.Group) -> None:
     """Record, in the attributes of the complete `group` (a root), the checksum of each member's
     metadata, then of its attributes: a later read of a member or of an attribute checks it."""
     folder = Path(group.store.root)
-    group.attrs[METADATA_CHECKSUMS] = metadata_checksums(folder)
-    group.attrs[ATTRIBUTES_CHECKSUM] = attributes_checksum(stored_attributes(folder))
+    attrs = stored_attributes(folder) | {METADATA_CHECKSUMS: metadata_checksums(folder)}
+    group.attrs.update(  # one write of the group's metadata, not one per attribute
+        {
+            METADATA_CHECKSUMS: attrs[METADATA_CHECKSUMS],
+            ATTRIBUTES_CHECKSUM: attributes_checksum(attrs),
+        }
+    )
 
 
 def check_attributes(folder: Path, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ checkpoint) and final artifacts with that layout are still read.
 from __future__ import annotations
 
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
-from fedhet.core.sealed import create_array, damage_in, open_sealed, seal
+from fedhet.core.sealed import create_arrays, damage_in, open_sealed, seal
 from fedhet.engine.system import METRICS as SYSTEM_METRICS
 from fedhet.process import interrupts
 
@@ -68,6 +69,8 @@ METRICS = (
 EVALUATION_METRICS = ("test_accuracy", "test_loss")
 # The group of a train artifact holding the state a longer run continues from
 CONTINUATION = "continuation"
+# The start of the name of a checkpoint folder's entry being deleted (`Checkpoints.save`)
+TRASH = ".trash-"
 # with a validation split (`data.validation`), per evaluated round; NaN in the others
 VALIDATION_METRICS = ("val_accuracy", "val_loss")
 
@@ -106,8 +109,9 @@ class RunState:
 
 def write_metrics(group: zarr.Group, metrics: Mapping[str, list[float]]) -> None:
     sub = group.create_group("metrics")
-    for name, values in metrics.items():
-        create_array(sub, name, data=np.asarray(values, dtype=np.float64))
+    create_arrays(
+        sub, {name: np.asarray(values, dtype=np.float64) for name, values in metrics.items()}
+    )
 
 
 def read_metrics(group: zarr.Group) -> dict[str, list[float]]:
@@ -124,12 +128,13 @@ def write_client_states(group: zarr.Group, client_states: Mapping[int, Tensors])
     """`client_states` as one stacked table in `group["clients"]` (see the module docstring)."""
     table = group.create_group("clients")
     ids = sorted(client_states)
-    create_array(table, "ids", data=np.asarray(ids, dtype=np.int64))
+    named = {"ids": np.asarray(ids, dtype=np.int64)}
     for name in sorted({name for cid in ids for name in client_states[cid]}):
         holders = [cid for cid in ids if name in client_states[cid]]
         rows = [client_states[cid][name].detach().cpu().numpy() for cid in holders]
-        create_array(table, f"values/{name}", data=np.stack(rows))
-        create_array(table, f"holders/{name}", data=np.asarray(holders, dtype=np.int64))
+        named[f"values/{name}"] = np.stack(rows)
+        named[f"holders/{name}"] = np.asarray(holders, dtype=np.int64)
+    create_arrays(table, named)
 
 
 def read_client_states(group: zarr.Group, device: torch.device | str = "cpu") -> dict[int, Tensors]:
@@ -195,6 +200,11 @@ def read_continuation(group: zarr.Group, device: torch.device | str) -> RunState
     return read_run_state(continuation, read_client_states(continuation, device), device)
 
 
+def _remove(folders: list[Path]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @dataclass
 class _Saved:
     """What the newest checkpoint holds of the clients: its delta chain, the rows in it, and
@@ -216,6 +226,7 @@ class Checkpoints:
     ):
         self.folder, self.device, self.announce = folder, device, announce
         self._saved = _Saved()
+        self._removal: threading.Thread | None = None  # deleting the entries the last save left
 
     def path(self, round: int) -> Path:
         return self.folder / f"ckpt-{round:06d}.zarr"
@@ -254,11 +265,24 @@ class Checkpoints:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _remove_all_but(self, final: Path) -> None:
-        """Older checkpoints, the deltas the newest does not list, and leftovers of a crash."""
+        """Older checkpoints, the deltas the newest does not list, and leftovers of a crash:
+        renamed out of the way at once, then deleted on a thread while the run goes on (removing
+        a folder can wait milliseconds on the disk: 1-4 ms on ext4 mounted with `discard`, so
+        that a small checkpoint's few dozen folders took longer to delete than to write). The
+        previous save's deletions are waited for first: one save's leftovers at most are on disk."""
+        if self._removal is not None:
+            self._removal.join()
         keep = {final.name, *self._saved.deltas}
-        for entry in self.folder.iterdir():
+        for entry in list(self.folder.iterdir()):
             if entry.name not in keep and entry.name.startswith(("ckpt-", "clients-", ".tmp-")):
-                shutil.rmtree(entry, ignore_errors=True)
+                # never read again, nor sent to an object store's checkpoint area (names
+                # starting with "." are not: fedhet.core.object_partial)
+                entry.rename(self.folder / f"{TRASH}{uuid.uuid4().hex[:8]}-{entry.name}")
+        trash = sorted(entry for entry in self.folder.iterdir() if entry.name.startswith(TRASH))
+        self._removal = threading.Thread(
+            target=_remove, args=(trash,), name="fedhet-checkpoint-removal"
+        )
+        self._removal.start()  # not a daemon: the interpreter waits for it before it exits
 
     def keep(self, state: RunState) -> None:
         """Save `state` unless it is already saved."""

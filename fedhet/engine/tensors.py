@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import zarr
 
-from fedhet.core.sealed import create_array
+from fedhet.core.sealed import create_arrays
 
 Tensors = dict[str, torch.Tensor]
 
@@ -56,8 +56,7 @@ def all_finite(tensors: Mapping[str, torch.Tensor]) -> bool:
 
 def save(group: zarr.Group, name: str, tensors: Mapping[str, torch.Tensor]) -> None:
     sub = group.create_group(name)
-    for key, value in tensors.items():
-        create_array(sub, key, data=value.detach().cpu().numpy())
+    create_arrays(sub, {key: value.detach().cpu().numpy() for key, value in tensors.items()})
 
 
 def load(group: zarr.Group, name: str, device: torch.device | str = "cpu") -> Tensors:
