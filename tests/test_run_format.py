@@ -198,3 +198,46 @@ def test_a_save_after_another_writers_save_starts_a_whole_chain(tmp_path):
     states = states | {3: control(33)}
     first.save(run_state(3, states))
     assert_clients_equal(Checkpoints(folder).latest().client_states, states)
+
+
+def test_a_save_deletes_what_it_replaced_and_what_a_killed_run_left_being_deleted(tmp_path):
+    folder = tmp_path / "partial"
+    checkpoints = Checkpoints(folder)
+    states = {cid: control(cid) for cid in range(4)}
+    checkpoints.save(run_state(1, states))
+    killed = folder / f"{run_format.TRASH}0badc0de-ckpt-000000.zarr" / "metrics"
+    killed.mkdir(parents=True)  # a run killed while it deleted a replaced checkpoint
+    states = states | {1: control(11)}
+    checkpoints.save(run_state(2, states))
+    # what the save replaced is out of the way at once, under a name nothing reads
+    assert [p.name for p in folder.glob("ckpt-*")] == ["ckpt-000002.zarr"]
+    checkpoints.wait_for_removals()
+    listed = zarr.open_group(folder / "ckpt-000002.zarr", mode="r").attrs["client_deltas"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["ckpt-000002.zarr", *listed])
+    assert_clients_equal(Checkpoints(folder).latest().client_states, states)
+
+
+def files_of(folder) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def test_arrays_written_together_are_the_same_files_as_written_one_by_one(tmp_path):
+    """fedhet.core.sealed.create_arrays (one trip into zarr's event loop) against create_array
+    per array: nested names (their parent groups made by zarr), an all-zero array (no chunk
+    stored), integers and floats."""
+    from fedhet.core.sealed import create_array, create_arrays
+
+    named = {
+        "ids": np.arange(5),
+        "values/w": np.random.default_rng(0).standard_normal((5, 3, 2)).astype(np.float32),
+        "values/zero": np.zeros(4),
+        "holders/w": np.arange(5),
+    }
+    one_by_one = zarr.open_group(tmp_path / "one", mode="w").create_group("clients")
+    for name, data in named.items():
+        create_array(one_by_one, name, data=data)
+    create_arrays(zarr.open_group(tmp_path / "together", mode="w").create_group("clients"), named)
+    assert files_of(tmp_path / "together") == files_of(tmp_path / "one")
+    assert "clients/values/zero/zarr.json" in files_of(tmp_path / "one")

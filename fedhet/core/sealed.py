@@ -199,7 +199,7 @@ def seal(group: zarr.Group) -> None:
     metadata, then of its attributes: a later read of a member or of an attribute checks it."""
     folder = Path(group.store.root)
     attrs = stored_attributes(folder) | {METADATA_CHECKSUMS: metadata_checksums(folder)}
-    group.attrs.update(  # one write of the group's metadata, not one per attribute
+    group.update_attributes(  # one write of its metadata (attrs.update writes one per key)
         {
             METADATA_CHECKSUMS: attrs[METADATA_CHECKSUMS],
             ATTRIBUTES_CHECKSUM: attributes_checksum(attrs),

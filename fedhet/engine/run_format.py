@@ -34,6 +34,7 @@ checkpoint) and final artifacts with that layout are still read.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import uuid
@@ -162,7 +163,7 @@ def write_run_state(group: zarr.Group, state: RunState, client_deltas: list[str]
     """`state` less its clients' states, which the deltas `client_deltas` hold."""
     from fedhet.engine import tensors
 
-    group.attrs.update(
+    group.update_attributes(
         {"round": state.round, "best_accuracy": state.best_accuracy, "client_deltas": client_deltas}
     )
     write_metrics(group, state.metrics)
@@ -270,19 +271,24 @@ class Checkpoints:
         a folder can wait milliseconds on the disk: 1-4 ms on ext4 mounted with `discard`, so
         that a small checkpoint's few dozen folders took longer to delete than to write). The
         previous save's deletions are waited for first: one save's leftovers at most are on disk."""
-        if self._removal is not None:
-            self._removal.join()
+        self.wait_for_removals()
         keep = {final.name, *self._saved.deltas}
         for entry in list(self.folder.iterdir()):
             if entry.name not in keep and entry.name.startswith(("ckpt-", "clients-", ".tmp-")):
                 # never read again, nor sent to an object store's checkpoint area (names
                 # starting with "." are not: fedhet.core.object_partial)
-                entry.rename(self.folder / f"{TRASH}{uuid.uuid4().hex[:8]}-{entry.name}")
+                with contextlib.suppress(FileNotFoundError):  # gone already: another writer's
+                    entry.rename(self.folder / f"{TRASH}{uuid.uuid4().hex[:8]}-{entry.name}")
         trash = sorted(entry for entry in self.folder.iterdir() if entry.name.startswith(TRASH))
         self._removal = threading.Thread(
             target=_remove, args=(trash,), name="fedhet-checkpoint-removal"
         )
         self._removal.start()  # not a daemon: the interpreter waits for it before it exits
+
+    def wait_for_removals(self) -> None:
+        """Return once the entries the saves so far replaced are deleted."""
+        if self._removal is not None:
+            self._removal.join()
 
     def keep(self, state: RunState) -> None:
         """Save `state` unless it is already saved."""

@@ -105,7 +105,7 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         finally:
             if events is not None:
                 events.close()
-    out.attrs["environment"] = {"clients": executor_name(engine.executor)}  # completed by store
+    engine.checkpoints.wait_for_removals()  # before the store deletes their folder
     write_metrics(out, state.metrics)
     write_continuation(out, engine.continuation)
     model = out.create_group("model")
@@ -113,4 +113,9 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     tensors.save(model, "best", state.best_state or state.global_state)
     if spec.algorithm.personalized:
         write_client_states(model, state.client_states)
-    out.attrs["summary"] = summarize(state.metrics, spec.eval.target_accuracy)
+    out.update_attributes(
+        {
+            "environment": {"clients": executor_name(engine.executor)},  # completed by the store
+            "summary": summarize(state.metrics, spec.eval.target_accuracy),
+        }
+    )
