@@ -223,21 +223,28 @@ def files_of(folder) -> dict[str, bytes]:
     }
 
 
-def test_arrays_written_together_are_the_same_files_as_written_one_by_one(tmp_path):
-    """fedhet.core.sealed.create_arrays (one trip into zarr's event loop) against create_array
-    per array: nested names (their parent groups made by zarr), an all-zero array (no chunk
-    stored), integers and floats."""
-    from fedhet.core.sealed import create_array, create_arrays
+def test_groups_written_together_are_the_same_files_as_written_one_by_one(tmp_path):
+    """fedhet.core.sealed.create_groups (one trip into zarr's event loop) against a call per
+    group and per array: nested names (their parent groups made by zarr), an empty group, an
+    all-zero array (no chunk stored), integers and floats."""
+    from fedhet.core.sealed import create_array, create_groups
 
-    named = {
-        "ids": np.arange(5),
-        "values/w": np.random.default_rng(0).standard_normal((5, 3, 2)).astype(np.float32),
-        "values/zero": np.zeros(4),
-        "holders/w": np.arange(5),
+    parts = {
+        "clients": {
+            "ids": np.arange(5),
+            "values/w": np.random.default_rng(0).standard_normal((5, 3, 2)).astype(np.float32),
+            "values/zero": np.zeros(4),
+            "holders/w": np.arange(5),
+        },
+        "server": {},
+        "metrics": {"test_accuracy": np.linspace(0.1, 0.9, 7)},
     }
-    one_by_one = zarr.open_group(tmp_path / "one", mode="w").create_group("clients")
-    for name, data in named.items():
-        create_array(one_by_one, name, data=data)
-    create_arrays(zarr.open_group(tmp_path / "together", mode="w").create_group("clients"), named)
-    assert files_of(tmp_path / "together") == files_of(tmp_path / "one")
-    assert "clients/values/zero/zarr.json" in files_of(tmp_path / "one")
+    root = zarr.open_group(tmp_path / "one", mode="w")
+    for path, arrays in parts.items():
+        group = root.create_group(path)
+        for name, data in arrays.items():
+            create_array(group, name, data=data)
+    create_groups(zarr.open_group(tmp_path / "together", mode="w"), parts)
+    one_by_one = files_of(tmp_path / "one")
+    assert files_of(tmp_path / "together") == one_by_one
+    assert {"server/zarr.json", "clients/values/zero/zarr.json"} <= one_by_one.keys()

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
-from fedhet.core.sealed import create_arrays, damage_in, open_sealed, seal
+from fedhet.core.sealed import create_groups, damage_in, open_sealed, seal
 from fedhet.engine.system import METRICS as SYSTEM_METRICS
 from fedhet.process import interrupts
 
@@ -108,11 +108,13 @@ class RunState:
 # --- metrics ------------------------------------------------------------------------------
 
 
+def metric_arrays(metrics: Mapping[str, list[float]]) -> dict[str, np.ndarray]:
+    """The metrics as the arrays of the group `metrics` (`write_metrics`)."""
+    return {name: np.asarray(values, dtype=np.float64) for name, values in metrics.items()}
+
+
 def write_metrics(group: zarr.Group, metrics: Mapping[str, list[float]]) -> None:
-    sub = group.create_group("metrics")
-    create_arrays(
-        sub, {name: np.asarray(values, dtype=np.float64) for name, values in metrics.items()}
-    )
+    create_groups(group, {"metrics": metric_arrays(metrics)})
 
 
 def read_metrics(group: zarr.Group) -> dict[str, list[float]]:
@@ -127,15 +129,14 @@ def read_metrics(group: zarr.Group) -> dict[str, list[float]]:
 
 def write_client_states(group: zarr.Group, client_states: Mapping[int, Tensors]) -> None:
     """`client_states` as one stacked table in `group["clients"]` (see the module docstring)."""
-    table = group.create_group("clients")
     ids = sorted(client_states)
-    named = {"ids": np.asarray(ids, dtype=np.int64)}
+    table = {"ids": np.asarray(ids, dtype=np.int64)}
     for name in sorted({name for cid in ids for name in client_states[cid]}):
         holders = [cid for cid in ids if name in client_states[cid]]
         rows = [client_states[cid][name].detach().cpu().numpy() for cid in holders]
-        named[f"values/{name}"] = np.stack(rows)
-        named[f"holders/{name}"] = np.asarray(holders, dtype=np.int64)
-    create_arrays(table, named)
+        table[f"values/{name}"] = np.stack(rows)
+        table[f"holders/{name}"] = np.asarray(holders, dtype=np.int64)
+    create_groups(group, {"clients": table})
 
 
 def read_client_states(group: zarr.Group, device: torch.device | str = "cpu") -> dict[int, Tensors]:
@@ -166,11 +167,14 @@ def write_run_state(group: zarr.Group, state: RunState, client_deltas: list[str]
     group.update_attributes(
         {"round": state.round, "best_accuracy": state.best_accuracy, "client_deltas": client_deltas}
     )
-    write_metrics(group, state.metrics)
-    tensors.save(group, "global", state.global_state)
-    tensors.save(group, "server", state.server_state)
+    parts = {
+        "metrics": metric_arrays(state.metrics),
+        "global": tensors.arrays(state.global_state),
+        "server": tensors.arrays(state.server_state),
+    }
     if state.best_state is not None:
-        tensors.save(group, "best", state.best_state)
+        parts["best"] = tensors.arrays(state.best_state)
+    create_groups(group, parts)
 
 
 def read_run_state(
