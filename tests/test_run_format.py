@@ -248,3 +248,17 @@ def test_groups_written_together_are_the_same_files_as_written_one_by_one(tmp_pa
     one_by_one = files_of(tmp_path / "one")
     assert files_of(tmp_path / "together") == one_by_one
     assert {"server/zarr.json", "clients/values/zero/zarr.json"} <= one_by_one.keys()
+
+
+def test_a_failed_write_of_groups_returns_only_once_every_other_write_is_done(tmp_path):
+    """A failure (here an array zarr cannot store, as a full disk would be) is raised only after
+    the other writes finished: none goes on writing into the temporary folder its caller then
+    deletes (fedhet.engine.run_format.Checkpoints._publish)."""
+    from fedhet.core.sealed import create_groups
+
+    many = {f"a{i}": np.full((64, 64), i + 1, dtype=np.float32) for i in range(40)}
+    parts = {"ok": many, "bad": {"x": np.array([object()], dtype=object)}}
+    with pytest.raises(ValueError):
+        create_groups(zarr.open_group(tmp_path / "tmp", mode="w"), parts)
+    written = {p.parts[-4] for p in (tmp_path / "tmp" / "ok").glob("*/c/0/0")}
+    assert written == set(many)

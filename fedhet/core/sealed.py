@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -49,19 +49,24 @@ def create_groups(group: zarr.Group, parts: Mapping[str, Mapping[str, np.ndarray
     def inside(path: str) -> str:
         return f"{group.path}/{path}".lstrip("/")
 
+    async def all_of(writes: Iterable[Awaitable[object]]) -> None:
+        """Every write finished, then the first failure raised (a full disk): none is still
+        writing into a folder its caller then deletes."""
+        for result in await asyncio.gather(*writes, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
+
     async def write_all() -> None:
-        await asyncio.gather(*(new_group(store=group.store, path=inside(path)) for path in parts))
-        await asyncio.gather(
-            *(
-                new_array(
-                    group.store,
-                    name=inside(f"{path}/{name}"),
-                    data=data,
-                    compressors=(ZstdCodec(), Crc32cCodec()),
-                )
-                for path, arrays in parts.items()
-                for name, data in arrays.items()
+        await all_of(new_group(store=group.store, path=inside(path)) for path in parts)
+        await all_of(
+            new_array(
+                group.store,
+                name=inside(f"{path}/{name}"),
+                data=data,
+                compressors=(ZstdCodec(), Crc32cCodec()),
             )
+            for path, arrays in parts.items()
+            for name, data in arrays.items()
         )
 
     sync(write_all())
