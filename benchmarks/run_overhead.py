@@ -8,9 +8,10 @@ imports, the spec's validation and keys) up to "partition ...: computing"; the p
 computing"; the rounds (with the trainer's and executor's set-up) up to "round N/N"; and the
 end (final writes, the store's commit, the table, exiting). The checkpoint cost is the rounds'
 time of the 20-round spec saving after every round, less that of the same spec saving never,
-per save. The floor is the same rounds of local steps in a bare
-loop (benchmarks.engine_overhead.run_by_hand: SGD, size-weighted average, a final test), timed
-in this process after its imports.
+per save. The pure compute is the same rounds of local steps in a bare loop, client by client
+(benchmarks.engine_overhead.run_by_hand: SGD, size-weighted average, a final test), timed in
+this process after its imports; the engine trains a round's clients fused (fedhet.engine.fused),
+so its own "set-up and rounds" can come in under it.
 
 With `--against REF` the same runs use the fedhet package of git revision REF too (extracted to
 a temporary folder), alternating with this tree's, and the two are printed side by side. Wall
@@ -167,7 +168,7 @@ def report(codes: dict[str, Path], runs: dict[tuple[str, str], list[Run]], floor
         + "".join(f"{medians[(n, 'tiny')].cpu:14.3f}" for n in names)
     )
     ratios = "".join(f"{medians[(n, 'tiny')].total / floor:13.1f}x" for n in names)
-    print(f"  {'total / pure compute':34s}{ratios}   (pure compute {floor:.3f} s)")
+    print(f"  {'total / pure compute':34s}{ratios}   (bare loop {floor:.3f} s)")
     per_save = []
     for name in names:
         rounds = {
