@@ -129,6 +129,11 @@ def read_metrics(group: zarr.Group) -> dict[str, list[float]]:
 
 def write_client_states(group: zarr.Group, client_states: Mapping[int, Tensors]) -> None:
     """`client_states` as one stacked table in `group["clients"]` (see the module docstring)."""
+    create_groups(group, {"clients": client_table(client_states)})
+
+
+def client_table(client_states: Mapping[int, Tensors]) -> dict[str, np.ndarray]:
+    """The arrays of the group `clients` (`write_client_states`)."""
     ids = sorted(client_states)
     table = {"ids": np.asarray(ids, dtype=np.int64)}
     for name in sorted({name for cid in ids for name in client_states[cid]}):
@@ -136,7 +141,7 @@ def write_client_states(group: zarr.Group, client_states: Mapping[int, Tensors])
         rows = [client_states[cid][name].detach().cpu().numpy() for cid in holders]
         table[f"values/{name}"] = np.stack(rows)
         table[f"holders/{name}"] = np.asarray(holders, dtype=np.int64)
-    create_groups(group, {"clients": table})
+    return table
 
 
 def read_client_states(group: zarr.Group, device: torch.device | str = "cpu") -> dict[int, Tensors]:
