@@ -106,7 +106,6 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         finally:
             if events is not None:
                 events.close()
-    engine.checkpoints.wait_for_removals()  # before the store deletes their folder
     write_continuation(out, engine.continuation)
     parts = {
         "metrics": metric_arrays(state.metrics),
