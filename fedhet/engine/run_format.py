@@ -14,11 +14,12 @@ oldest first in its `client_deltas` attribute; reading applies them in order, a 
 replacing an older one. Why this is atomic: a delta is immutable once renamed into place and is
 written before the checkpoint that lists it; a checkpoint appears whole by one rename; and
 only after that rename are older checkpoints and the deltas the newest one does not list
-deleted. A crash at any point leaves the newest complete checkpoint with every delta it lists,
-each holding the states of the rounds that checkpoint saw. A save therefore costs the clients
-touched since the previous one; when the chain's rows exceed twice the clients held, the next
-delta holds every client and starts a new chain, so reads and disk stay within a small multiple
-of one full table and writes within twice the touched clients, amortized.
+deleted (renamed out of the way, `.trash-*`, then removed on a thread the run waits for
+before it returns). A crash at any point leaves the newest complete checkpoint with every delta
+it lists, each holding the states of the rounds that checkpoint saw. A save therefore costs the
+clients touched since the previous one; when the chain's rows exceed twice the clients held, the
+next delta holds every client and starts a new chain, so reads and disk stay within a small
+multiple of one full table and writes within twice the touched clients, amortized.
 
 Every array carries zarr's crc32c checksum (fedhet.core.sealed.create_array), and a checkpoint and
 a delta are sealed (fedhet.core.sealed.seal: the checksums of their members' metadata and of their
