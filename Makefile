@@ -88,6 +88,7 @@ bench-venvs:
 bench: install
 	$(BIN)/python -m benchmarks.engine_overhead
 	$(BIN)/python -m benchmarks.checkpoint_cost
+	$(BIN)/python -m benchmarks.run_overhead --against a9f283c
 	$(BIN)/python -m benchmarks.entk_speed
 	$(BIN)/python -m benchmarks.stage2_speed
 	$(BIN)/python -m benchmarks.sweep_throughput

@@ -319,6 +319,31 @@ def test_a_run_resumed_from_its_checkpoint_equals_an_uninterrupted_run(tmp_path)
     assert_states_equal(resumed.best_state, reference.best_state)
 
 
+def test_a_run_returns_or_raises_once_what_its_checkpoints_replaced_is_deleted(tmp_path):
+    """A save deletes the checkpoint it replaces on a thread (fedhet.engine.run_format); the run
+    waits for it, so when `run` returns or raises its folder holds one checkpoint, the newest,
+    and nothing being deleted."""
+    from fedhet.engine.run_format import TRASH
+
+    def entries(folder: Path) -> list[str]:
+        return sorted(p.name for p in folder.iterdir())
+
+    def stop_in_round_3(rnd, row):
+        if rnd == 2:
+            raise Interrupt
+
+    spec, folder = make_spec(1, federation={"rounds": 5, "batch_size": 64, "lr": 0.05}), tmp_path
+    with pytest.raises(Interrupt):
+        Engine.from_spec(spec, folder, on_round=stop_in_round_3).run()
+    stopped = entries(folder)
+    assert [e for e in stopped if e.startswith("ckpt-")] == ["ckpt-000002.zarr"]
+    assert not [e for e in stopped if e.startswith(TRASH)]
+    Engine.from_spec(spec, folder).run()  # resumed: saves after rounds 3 and 4
+    finished = entries(folder)
+    assert [e for e in finished if e.startswith("ckpt-")] == ["ckpt-000004.zarr"]
+    assert not [e for e in finished if e.startswith(TRASH)]
+
+
 # --- divergence -------------------------------------------------------------------------
 
 

@@ -1,7 +1,8 @@
 """Planning is torch-free: `fedhet plan`, `fedhet runs` and `spec validate` of every committed
 spec import no torch module (issue 22), so they answer before torch's seconds of imports. zarr
 (0.2 s of imports) waits for an artifact's arrays: the command line, `spec validate` and `plan`
-of a stored spec go without it (issue 36)."""
+of a stored spec go without it (issue 36). Training a digits spec imports neither scikit-learn
+nor scipy."""
 
 import subprocess
 import sys
@@ -69,3 +70,12 @@ def test_the_python_api_imports_no_pandas_torch_or_zarr_at_import():
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_training_a_digits_spec_imports_neither_scikit_learn_nor_scipy(tmp_path):
+    """scikit-learn's imports (scipy.stats, pandas: over a second) are no part of a digits run:
+    its data is read from scikit-learn's folder, and a partition's checks need no scipy."""
+    spec = write_spec(tmp_path / "spec.yaml", TINY_SPEC)
+    modules = imported("train", str(spec), "--store", str(tmp_path / "store"))
+    assert "torch" in modules  # it did train
+    assert not [m for m in modules if m.split(".")[0] in ("sklearn", "scipy", "pandas")]

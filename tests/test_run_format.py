@@ -198,3 +198,67 @@ def test_a_save_after_another_writers_save_starts_a_whole_chain(tmp_path):
     states = states | {3: control(33)}
     first.save(run_state(3, states))
     assert_clients_equal(Checkpoints(folder).latest().client_states, states)
+
+
+def test_a_save_deletes_what_it_replaced_and_what_a_killed_run_left_being_deleted(tmp_path):
+    folder = tmp_path / "partial"
+    checkpoints = Checkpoints(folder)
+    states = {cid: control(cid) for cid in range(4)}
+    checkpoints.save(run_state(1, states))
+    killed = folder / f"{run_format.TRASH}0badc0de-ckpt-000000.zarr" / "metrics"
+    killed.mkdir(parents=True)  # a run killed while it deleted a replaced checkpoint
+    states = states | {1: control(11)}
+    checkpoints.save(run_state(2, states))
+    # what the save replaced is out of the way at once, under a name nothing reads
+    assert [p.name for p in folder.glob("ckpt-*")] == ["ckpt-000002.zarr"]
+    checkpoints.wait_for_removals()
+    listed = zarr.open_group(folder / "ckpt-000002.zarr", mode="r").attrs["client_deltas"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["ckpt-000002.zarr", *listed])
+    assert_clients_equal(Checkpoints(folder).latest().client_states, states)
+
+
+def files_of(folder) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def test_groups_written_together_are_the_same_files_as_written_one_by_one(tmp_path):
+    """fedhet.core.sealed.create_groups (one trip into zarr's event loop) against a call per
+    group and per array: nested names (their parent groups made by zarr), an empty group, an
+    all-zero array (no chunk stored), integers and floats."""
+    from fedhet.core.sealed import create_array, create_groups
+
+    parts = {
+        "clients": {
+            "ids": np.arange(5),
+            "values/w": np.random.default_rng(0).standard_normal((5, 3, 2)).astype(np.float32),
+            "values/zero": np.zeros(4),
+            "holders/w": np.arange(5),
+        },
+        "server": {},
+        "metrics": {"test_accuracy": np.linspace(0.1, 0.9, 7)},
+    }
+    root = zarr.open_group(tmp_path / "one", mode="w")
+    for path, arrays in parts.items():
+        group = root.create_group(path)
+        for name, data in arrays.items():
+            create_array(group, name, data=data)
+    create_groups(zarr.open_group(tmp_path / "together", mode="w"), parts)
+    one_by_one = files_of(tmp_path / "one")
+    assert files_of(tmp_path / "together") == one_by_one
+    assert {"server/zarr.json", "clients/values/zero/zarr.json"} <= one_by_one.keys()
+
+
+def test_a_failed_write_of_groups_returns_only_once_every_other_write_is_done(tmp_path):
+    """A failure (here an array zarr cannot store, as a full disk would be) is raised only after
+    the other writes finished: none goes on writing into the temporary folder its caller then
+    deletes (fedhet.engine.run_format.Checkpoints._publish)."""
+    from fedhet.core.sealed import create_groups
+
+    many = {f"a{i}": np.full((64, 64), i + 1, dtype=np.float32) for i in range(40)}
+    parts = {"ok": many, "bad": {"x": np.array([object()], dtype=object)}}
+    with pytest.raises(ValueError):
+        create_groups(zarr.open_group(tmp_path / "tmp", mode="w"), parts)
+    written = {p.parts[-4] for p in (tmp_path / "tmp" / "ok").glob("*/c/0/0")}
+    assert written == set(many)

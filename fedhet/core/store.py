@@ -218,7 +218,7 @@ class ArtifactStore:
             group = zarr.open_group(tmp, mode="w")
             yield group
             with interrupts.deferred():  # published whole, and then its checkpoints go
-                group.attrs.update(
+                group.update_attributes(  # one metadata write, not one per key
                     {
                         **attrs,
                         "stage": stage,

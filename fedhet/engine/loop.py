@@ -161,6 +161,8 @@ class Engine:
             self.checkpoints.keep(before)
             stop.where = f"at round {before.round + 1} of {rounds}"
             raise
+        finally:  # what the saves replaced is deleted by the time the run returns or raises
+            self.checkpoints.wait_for_removals()
         self.continuation = continuation(state, before, self.spec.eval.every)
         return state
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import zarr
 
-from fedhet.core.sealed import create_array
+from fedhet.core.sealed import create_groups
 
 Tensors = dict[str, torch.Tensor]
 
@@ -54,10 +54,13 @@ def all_finite(tensors: Mapping[str, torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in tensors.values() if t.is_floating_point())
 
 
+def arrays(tensors: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """The tensors as the arrays `save` stores (fedhet.core.sealed.create_groups writes them)."""
+    return {key: value.detach().cpu().numpy() for key, value in tensors.items()}
+
+
 def save(group: zarr.Group, name: str, tensors: Mapping[str, torch.Tensor]) -> None:
-    sub = group.create_group(name)
-    for key, value in tensors.items():
-        create_array(sub, key, data=value.detach().cpu().numpy())
+    create_groups(group, {name: arrays(tensors)})
 
 
 def load(group: zarr.Group, name: str, device: torch.device | str = "cpu") -> Tensors:

@@ -16,6 +16,7 @@ from pathlib import Path
 import zarr
 
 from fedhet.core.pipeline import RunContext, StageNode, announce, stage
+from fedhet.core.sealed import create_groups
 from fedhet.data.partition import empty_clients_note
 from fedhet.engine import tensorboard, tensors
 from fedhet.engine.client_executors import executor_name
@@ -25,10 +26,10 @@ from fedhet.engine.progress import round_note, stage_progress
 from fedhet.engine.run_format import (
     Checkpoints,
     RunState,
+    client_table,
+    metric_arrays,
     read_continuation,
-    write_client_states,
     write_continuation,
-    write_metrics,
 )
 from fedhet.metrics.summary import summarize
 
@@ -105,12 +106,18 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
         finally:
             if events is not None:
                 events.close()
-    out.attrs["environment"] = {"clients": executor_name(engine.executor)}  # completed by store
-    write_metrics(out, state.metrics)
     write_continuation(out, engine.continuation)
-    model = out.create_group("model")
-    tensors.save(model, "final", state.global_state)
-    tensors.save(model, "best", state.best_state or state.global_state)
+    parts = {
+        "metrics": metric_arrays(state.metrics),
+        "model/final": tensors.arrays(state.global_state),
+        "model/best": tensors.arrays(state.best_state or state.global_state),
+    }
     if spec.algorithm.personalized:
-        write_client_states(model, state.client_states)
-    out.attrs["summary"] = summarize(state.metrics, spec.eval.target_accuracy)
+        parts["model/clients"] = client_table(state.client_states)
+    create_groups(out, parts)  # one trip into zarr's event loop
+    out.update_attributes(
+        {
+            "environment": {"clients": executor_name(engine.executor)},  # completed by the store
+            "summary": summarize(state.metrics, spec.eval.target_accuracy),
+        }
+    )
