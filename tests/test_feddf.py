@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import markdown_tables
 
 from fedhet import load
 from fedhet.core.errors import InputError
@@ -355,3 +356,34 @@ def test_both_variants_train_on_digits_through_the_cli(tmp_path):
     node = partition_node(run_spec)
     stored = ArtifactStore(tmp_path / "store").open(node.stage, node.key)["server"]["indices"][:]
     assert np.array_equal(stored, spec_partition(run_spec).server_indices)
+
+
+def test_report_shows_the_ensemble_the_average_and_the_distilled_model(tmp_path, fedhet):
+    spec = raw({"name": "feddf"}) | {"name": "distilled", "eval": {"every": 2}}
+    spec["federation"]["rounds"] = 3
+    spec["matrix"] = {
+        "algorithm": [{"name": "fedavg"}, {"name": "feddf", "steps": 20, "eval_every": 5}],
+        "seed": [0, 1],
+    }
+    path, store = tmp_path / "spec.yaml", tmp_path / "store"
+    path.write_text(json.dumps(spec))
+    assert fedhet("train", path, store=store).rc == 0
+    done = fedhet("report", path, "--out", tmp_path / "report", store=store)
+    assert done.rc == 0, done.stderr
+    text = (tmp_path / "report" / "distilled.md").read_text()
+    section = text.split("## The clients' ensemble, their average and the distilled model")[1]
+    table = markdown_tables(section.split("\n## ")[0].splitlines())[0]
+    assert [row[0] for row in table[2:]] == ["FedDF"]  # FedAvg logs no ensemble
+    # by hand: each seed's mean over its evaluated rounds (2 and 3 of 3), then over the seeds
+    metrics = load(path, store=store).metrics()
+    feddf = metrics[metrics["algorithm"] == "FedDF"]
+    evaluated = feddf[feddf["val_accuracy_pct"].notna()]
+    assert sorted(evaluated["round"].unique()) == [2, 3]
+    names = ("ensemble_val_accuracy_pct", "average_val_accuracy_pct", "val_accuracy_pct")
+    per_seed = evaluated.groupby("seed")[list(names)].mean()
+    for column, name in zip(table[2][2:5], names, strict=True):
+        mean, std = (float(x) for x in column.split(" (n=2)")[0].split(" ± "))
+        assert mean == pytest.approx(per_seed[name].mean(), abs=0.006)
+        assert std == pytest.approx(np.std(per_seed[name]), abs=0.006)
+    gain = per_seed[names[0]] - per_seed[names[1]]
+    assert float(table[2][5].split(" ")[0]) == pytest.approx(gain.mean(), abs=0.006)

@@ -29,6 +29,7 @@ from fedhet.metrics.summary import rounds_to_reach, validated
 from fedhet.reports import personalized
 from fedhet.reports.collection import collect, environments, with_final_scores
 from fedhet.reports.comparison import FLOOR_ACCURACY, paired_section
+from fedhet.reports.distillation import distillation_section
 from fedhet.reports.heterogeneity import heterogeneity_section
 from fedhet.reports.plateau import plateau_section
 from fedhet.reports.tables import (
@@ -200,6 +201,7 @@ def write_report(
     )
     sections.append(paired_section(cells(rows), reference, target, floor))
     sections.append(plateau_section(cells(rows), reference))
+    sections += filter(None, [distillation_section(cells(rows), floor)])
     rotated = any(run.spec.partition.rotation is not None for run in runs)
     if spec.eval.client_test is not None or rotated:
         rows = with_final_scores(rows, runs, store, console)
