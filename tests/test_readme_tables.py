@@ -29,6 +29,14 @@ REPORT = """# toy
 |---|---|---|---|---|---|---|---|
 | mine | iid | 3 | +0.40 | [+0.22, +0.58] | 3/3 | ahead | - |
 | mine | skew | 3 | +6.00 | [+4.00, +8.00] | 3/3 | ahead | - |
+
+## Has fedavg levelled off?
+
+| algorithm | setting | rounds compared | runs | mean rise (points) | 95% CI | per run | verdict |
+|---|---|---|---|---|---|---|---|
+| fedavg | iid | 16-22 vs 23-30 | 3 | +0.20 | [-0.50, +0.90] | -0.30 to +0.60 | levelled off |
+| fedavg | skew | 16-22 vs 23-30 | 3 | +4.00 | [+2.00, +6.00] | +3.00 to +5.00 | still rising |
+| mine | iid | 16-22 vs 23-30 | 3 | +3.00 | [+2.00, +4.00] | +2.00 to +4.00 | still rising |
 """  # noqa: E501
 
 
@@ -78,8 +86,12 @@ def test_blocks_come_from_the_reports_with_the_floor_and_the_machine(tmp_path):
     assert "| toy | 80.40 ± 1.00 / 66.00 ± 2.00 |" in text
     # the report said "ahead" for +0.40; under the half-point floor it is negligible
     assert "| mine | +0.40 [+0.22, +0.58] negligible | +6.00 [+4.00, +8.00] ahead |" in text
-    assert "| mine > fedavg (`toy`, skew) | - | +6.00 | [+4.00, +8.00] | 3/3 | ahead |" in text
-    assert "| fedavg > mine (`toy`, skew) | - | -6.00 | [-8.00, -4.00] | 0/3 | behind |" in text
+    # the baseline is still rising in skew (not in iid: the other curve's rise does not count)
+    assert "| method | iid | skew (early training) |" in text
+    assert "| 3/3 | ahead (early training) |" in text
+    assert "| mine > fedavg (`toy`, skew) | - | +6.00 | [+4.00, +8.00] | 3/3 | ahead" in text
+    assert "| fedavg > mine (`toy`, skew) | - | -6.00 | [-8.00, -4.00] | 0/3 | behind" in text
+    assert "(plateau not tested)" not in text
     machine = "`toy` on torch 2.14.1+cpu, threads 1, cpu AVX2, platform Linux-6.1-x86_64."
     assert machine in text
     assert "old" not in text
@@ -99,3 +111,15 @@ def test_a_block_without_a_page_or_an_entry_is_named(tmp_path):
     page.write_text("<!-- generated:x -->\n<!-- end:x -->\n")
     with pytest.raises(InputError, match="block x is generated twice"):
         write_pages([page, other], tmp_path / "readme.yaml")
+
+
+def test_a_report_that_never_tested_the_plateau_says_so(tmp_path):
+    untested = REPORT[: REPORT.index("## Has fedavg")]
+    (tmp_path / "toy.md").write_text(untested)
+    claim = {"claim": "mine > fedavg", "report": "toy", "algorithm": "mine", "setting": "iid"}
+    config = {"claims": {"kind": "claims", "claims": [claim]}}
+    (tmp_path / "readme.yaml").write_text(yaml.safe_dump(config))
+    page = tmp_path / "a.md"
+    page.write_text("<!-- generated:claims -->\n<!-- end:claims -->\n")
+    write_pages([page], tmp_path / "readme.yaml")
+    assert "| 3/3 | negligible (plateau not tested) |" in page.read_text()

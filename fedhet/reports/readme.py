@@ -13,6 +13,11 @@ A block is one of:
   figure as text;
 - `cells`: rows of literal text and cells of reports' main tables (an algorithm in one or more
   settings, joined by " / ").
+Every verdict of a `claims` block, and every setting's column of a `paired` block, says where
+the baseline's curve stands (the report's "Has ... levelled off?" section, the baseline in that
+setting): nothing when it has levelled off, else "early training" (or "plateau not tested" for
+a report without the section), so no verdict reads as the plateau's when the budget stopped
+before it.
 Every block ends with the line naming the reports it came from, grouped by the machine their
 runs were computed on (torch, threads, CPU instruction set where recorded, platform); each
 report's header names the commits. Verdicts are
@@ -35,6 +40,8 @@ from fedhet.execution.labels import named_label
 from fedhet.reports.comparison import FLOOR_POINTS
 
 BEST = "Best test accuracy"
+PAIRED_AGAINST = "Paired differences against "
+PLATEAU = "levelled off"
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,6 +49,7 @@ class Report:
     name: str
     environments: list[str]  # the header's "computed in" lines
     tables: dict[str, list[list[str]]]  # heading (the main table: "") -> rows of cells
+    baseline: str | None = None  # what the paired differences are against
 
     def table(self, heading: str) -> list[list[str]]:
         """The table under the first heading that starts with `heading`."""
@@ -61,6 +69,21 @@ class Report:
             f"{metric!r}"
         )
 
+    def budget_note(self, setting: str) -> str:
+        """Why a verdict in `setting` is not the plateau's: "early training" when the baseline's
+        curve is still rising (or falling) there, "plateau not tested" when the report has no
+        such section; empty when it has levelled off."""
+        plateau = next((rows for h, rows in self.tables.items() if h.endswith(PLATEAU + "?")), [])
+        if not plateau or self.baseline is None:
+            return "plateau not tested"
+        header, *rows = plateau
+        baseline = named_label(self.baseline, [row[0] for row in rows]) or self.baseline
+        verdicts = {tuple(row[:2]): dict(zip(header, row, strict=False))["verdict"] for row in rows}
+        found = verdicts.get((baseline, setting))
+        if found is None:
+            return "plateau not tested"
+        return "" if found == PLATEAU else "early training"
+
 
 def read_report(path: Path) -> Report:
     """A report's environments and tables, as `fedhet report` writes them."""
@@ -69,13 +92,15 @@ def read_report(path: Path) -> Report:
     lines = path.read_text().splitlines()
     environments = [line[2:] for line in lines if line.startswith("- fedhet ")]
     tables: dict[str, list[list[str]]] = {}
-    heading = ""
+    heading, baseline = "", None
     for line in lines:
         if line.startswith("#") and not line.startswith("# "):
             heading = line.lstrip("#").strip()
+            if heading.startswith(PAIRED_AGAINST):
+                baseline = heading.removeprefix(PAIRED_AGAINST)
         elif line.startswith("|") and not set(line) <= set("|-"):
             tables.setdefault(heading, []).append([c.strip() for c in line.strip("|").split("|")])
-    return Report(path.stem, environments, tables)
+    return Report(path.stem, environments, tables, baseline)
 
 
 def _number(text: str) -> float:
@@ -114,6 +139,11 @@ def _paired_text(cells: dict[str, str], flip: bool = False) -> tuple[str, str, s
         f"{ahead}/{n}",
         verdict(mean, low, high, FLOOR_POINTS),
     )
+
+
+def _noted(text: str, note: str) -> str:
+    """A verdict or a setting with its budget note: "ahead (early training)"."""
+    return f"{text} ({note})" if note else text
 
 
 def _markdown(rows: list[list[str]]) -> str:
@@ -163,7 +193,7 @@ def paired_block(report: Report, entry: dict[str, Any]) -> str:
     algorithms = entry.get("algorithms") or list(dict.fromkeys(row[0] for row in rows))
     settings = list(dict.fromkeys(row[1] for row in rows))
     names = entry.get("names", {})
-    out = [["method", *[names.get(s, s) for s in settings]]]
+    out = [["method", *[_noted(names.get(s, s), report.budget_note(s)) for s in settings]]]
     for algorithm in algorithms:
         cells = []
         for setting in settings:
@@ -185,6 +215,7 @@ def claims_block(reports: dict[str, Report], entry: dict[str, Any]) -> str:
         cells = report.paired(claim["algorithm"], claim["setting"], claim.get("metric", BEST))
         mean, interval, ahead, decided = _paired_text(cells, claim.get("flip", False))
         label = f"{claim['claim']} (`{report.name}`, {claim.get('label', claim['setting'])})"
+        decided = _noted(decided, report.budget_note(claim["setting"]))
         out.append([label, claim.get("paper", "-"), mean, interval, ahead, decided])
     return _markdown(out) + "\n\n" + _source(list(dict.fromkeys(used)))
 
