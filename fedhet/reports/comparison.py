@@ -132,6 +132,9 @@ class PairedRow:
     rounds: str = ""  # which rounds a per-round metric was taken over
 
 
+EARLY = " (early training)"  # a verdict's mark where the reference's curve still rises
+
+
 def compared(
     cells: Mapping[tuple[str, str], list[dict]],
     reference: str,
@@ -198,7 +201,7 @@ def in_unit(difference: float, unit: str) -> float:
     return units.percent(difference) if unit == units.POINTS else difference
 
 
-def paired_table(rows: list[PairedRow], unit: str) -> str:
+def paired_table(rows: list[PairedRow], unit: str, early: Collection[str] = ()) -> str:
     def signed(value: float) -> str:
         return f"{in_unit(value, unit):+.2f}" if unit == units.POINTS else f"{value:+.1f}"
 
@@ -214,8 +217,8 @@ def paired_table(rows: list[PairedRow], unit: str) -> str:
         interval = "-" if c.low is None else f"[{signed(c.low)}, {signed(c.high)}]"
         lines.append(
             f"| {row.algorithm} | {row.setting} | {c.n} | {mean} | {interval} | {c.ahead}/{c.n} "
-            f"| {c.verdict} | {_left_out(row.pairing.left_out)} |"
-            + (f" {row.rounds} |" if with_rounds else "")
+            f"| {c.verdict}{EARLY if row.setting in early else ''} "
+            f"| {_left_out(row.pairing.left_out)} |" + (f" {row.rounds} |" if with_rounds else "")
         )
     return "\n".join(lines)
 
@@ -229,8 +232,10 @@ def paired_section(
     reference: str,
     target: float | None,
     floor: float = FLOOR_ACCURACY,
+    early: Collection[str] = (),
 ) -> str:
-    """One paired table per metric, or a line saying there is nothing to compare."""
+    """One paired table per metric, or a line saying there is nothing to compare; a verdict in
+    a setting of `early` (the reference's curve still rising there) is marked early training."""
     points = units.percent(floor)
     intro = (
         f"## Paired differences against {reference}\n\nIn each setting, every other algorithm "
@@ -244,14 +249,17 @@ def paired_section(
         "(column rounds: first-last, the step, and how many). Left out: seeds not paired, by "
         "whose run (algorithm, reference or both) has no value and why: a diverged run has none "
         "for the final accuracy and the two means, a run that never reached the target none "
-        "for the rounds to it; unmatched: a seed only one of the two has.\n\n"
+        "for the rounds to it; unmatched: a seed only one of the two has. A verdict reads "
+        f"(early training) where {reference}'s curve has not levelled off in that setting (see "
+        "Has each curve levelled off?), so the budget stopped before the plateau.\n\n"
     )
     tables = []
     rows = [r for group in cells.values() for r in group]
     for metric in paired_metrics(target, validated(rows)):
         compared_rows = compared(cells, reference, metric, floor)
         if compared_rows:
-            tables.append(f"### {metric.title}\n\n" + paired_table(compared_rows, metric.unit))
+            table = paired_table(compared_rows, metric.unit, early)
+            tables.append(f"### {metric.title}\n\n" + table)
     if not tables:
         return intro + f"No other algorithm ran in a setting of {reference}'s: nothing to compare."
     return intro + "\n\n".join(tables)

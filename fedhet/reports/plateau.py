@@ -44,6 +44,16 @@ def verdict(mean_rise: float) -> str:
     return "still rising" if mean_rise > 0 else "falling"
 
 
+def not_levelled(cells: Mapping[tuple[str, str], list[dict]], reference: str) -> set[str]:
+    """The settings where `reference`'s curve has not levelled off: its verdicts there read
+    as early training's, not the plateau's."""
+    return {
+        setting
+        for (algorithm, setting), group in cells.items()
+        if algorithm == reference and _group_cells(group)[-1] != "levelled off"
+    }
+
+
 def plateau_section(cells: Mapping[tuple[str, str], list[dict]], reference: str) -> str:
     """A table of every group's rise, the reference's groups first."""
     ordered = sorted(cells.items(), key=lambda item: item[0][0] != reference)

@@ -37,7 +37,7 @@ import yaml
 
 from fedhet.core.errors import InputError
 from fedhet.execution.labels import named_label
-from fedhet.reports.comparison import FLOOR_POINTS
+from fedhet.reports.comparison import EARLY, FLOOR_POINTS
 
 BEST = "Best test accuracy"
 PAIRED_AGAINST = "Paired differences against "
@@ -126,7 +126,8 @@ def _paired_text(cells: dict[str, str], flip: bool = False) -> tuple[str, str, s
     """(mean, interval, seeds ahead, verdict), the sign flipped for a reversed pairing."""
     measured = _interval(cells)
     if measured is None:
-        return cells["mean difference (points)"], "-", cells["seeds ahead"], cells["verdict"]
+        verdict_alone = cells["verdict"].removesuffix(EARLY)  # marked here from the plateau
+        return cells["mean difference (points)"], "-", cells["seeds ahead"], verdict_alone
     mean, low, high = measured
     if flip:
         mean, low, high = -mean, -high, -low
