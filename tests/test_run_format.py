@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -260,5 +261,28 @@ def test_a_failed_write_of_groups_returns_only_once_every_other_write_is_done(tm
     parts = {"ok": many, "bad": {"x": np.array([object()], dtype=object)}}
     with pytest.raises(ValueError):
         create_groups(zarr.open_group(tmp_path / "tmp", mode="w"), parts)
+    written = {p.parts[-4] for p in (tmp_path / "tmp" / "ok").glob("*/c/0/0")}
+    assert written == set(many)
+
+
+def test_groups_written_together_finish_before_a_ctrl_c_is_raised(tmp_path):
+    """SIGINT while the writes run on zarr's event loop (fedhet's handler installed, as the
+    command line has it): `Interrupted` comes only once every array is written, so the caller's
+    removal of its temporary folder is not raced by writes still going on."""
+    import signal
+    import threading
+
+    from fedhet.core.sealed import create_groups
+    from fedhet.process import interrupts
+
+    many = {f"a{i}": np.full((64, 64), i + 1, dtype=np.float32) for i in range(300)}
+    previous = signal.signal(signal.SIGINT, interrupts.handle)
+    try:
+        threading.Timer(0.05, signal.raise_signal, (signal.SIGINT,)).start()
+        with pytest.raises(interrupts.Interrupted):
+            create_groups(zarr.open_group(tmp_path / "tmp", mode="w"), {"ok": many})
+            time.sleep(5)  # the signal arrives in here if the writes took under 0.05 s
+    finally:
+        signal.signal(signal.SIGINT, previous)
     written = {p.parts[-4] for p in (tmp_path / "tmp" / "ok").glob("*/c/0/0")}
     assert written == set(many)

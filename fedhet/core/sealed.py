@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedhet.core.errors import DamagedArtifactError, FedhetError
+from fedhet.process import interrupts
 
 if TYPE_CHECKING:  # imported where an array is read or written: zarr takes 0.15 s to import
     import zarr
@@ -69,7 +70,8 @@ def create_groups(group: zarr.Group, parts: Mapping[str, Mapping[str, np.ndarray
             for name, data in arrays.items()
         )
 
-    sync(write_all())
+    with interrupts.deferred():  # Ctrl-C here would leave the writes running on zarr's loop
+        sync(write_all())
 
 
 def damaged_array(error: BaseException) -> zarr.Array | None:
