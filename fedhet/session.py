@@ -74,15 +74,23 @@ class Session(SpecSession):
         from fedhet.execution.labels import named_label
         from fedhet.reports.status import run_row
 
-        damaged = partial(self._damaged, "train")
-        rows = [run_row(run, self.store, damaged) | {"key": run.node.key} for run in self.planned]
+        damage: dict[str, tuple] = {}  # told only for the runs listed
+        rows = [
+            run_row(run, self.store, lambda *told: damage.setdefault(told[1], told))
+            | {"key": run.node.key}
+            for run in self.planned
+        ]
         if algorithm is not None:
             algorithm = named_label(algorithm, [row["algorithm"] for row in rows]) or algorithm
-        return [
+        listed = [
             row
             for row in rows
             if algorithm in (None, row["algorithm"]) and state in (None, row["state"])
         ]
+        for row in listed:
+            if row["key"] in damage:
+                self._damaged("train", *damage[row["key"]])
+        return listed
 
     def plan_rows(self, tune: bool = False) -> tuple[Rows, str]:
         """Every run's stages and their state (stored, partial, missing, with the time left

@@ -197,6 +197,8 @@ def test_runs_shows_a_damaged_run_as_damaged_with_the_plans_line_from_cli_and_ap
     )
     table = fedhet("runs", spec, "--state", "damaged", store=damaged).stdout
     assert "damaged" in table and "stored" not in table
+    others = fedhet("runs", spec, "--state", "stored", store=damaged)  # lists none: says nothing
+    assert others.rc == 0 and others.stderr.strip() == ""
     frame = load(spec, store=damaged).runs()  # the fixture `fedhet` hides the module
     assert frame.state.tolist() == ["damaged"] and frame.best_test_pct.isna().all()
     (said,) = capsys.readouterr().err.strip().splitlines()
