@@ -74,6 +74,21 @@ def test_digits_shapes_split_and_normalization():
         assert (img.tobytes(), y) in originals
 
 
+def test_digits_without_the_bundled_csv_come_from_scikit_learn_alike(monkeypatch, tmp_path):
+    """fedhet reads scikit-learn's digits.csv.gz directly (no scikit-learn import); where that
+    file is not at its place, load_digits gives the same table."""
+    from types import SimpleNamespace
+
+    from fedhet.data import digits
+
+    direct = digits._bundled_digits()
+    elsewhere = SimpleNamespace(submodule_search_locations=[str(tmp_path)])
+    finder = SimpleNamespace(find_spec=lambda name: elsewhere)
+    monkeypatch.setattr(digits, "importlib", SimpleNamespace(util=finder))
+    np.testing.assert_array_equal(digits._bundled_digits(), direct)
+    assert direct.shape == (1797, 65)
+
+
 def test_digits_split_is_fixed():
     first = load_dataset("digits")
     data._load_cached.cache_clear()

@@ -53,6 +53,11 @@ def _bundled_digits() -> np.ndarray:
     if package is None or not package.submodule_search_locations:
         raise RunError("data: dataset digits needs scikit-learn (pip install scikit-learn)")
     path = Path(package.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+    if not path.is_file():  # another layout: ask scikit-learn itself
+        from sklearn.datasets import load_digits
+
+        bunch = load_digits()
+        return np.column_stack([bunch.data, bunch.target])
     with gzip.open(path, mode="rt", encoding="utf-8") as compressed:
         return np.loadtxt(compressed, delimiter=",")
 
