@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Reproduction specs run by `make reproduce`; each writes reports/<name>.md, .png, .svg and .pdf.
 # Each spec runs on one thread, so `make -j2 reproduce` uses two cores (two specs at a time).
-REPRO_SPECS := specs/quickstart.yaml specs/tct_fmnist.yaml specs/vhl_fmnist.yaml specs/vhl_fmnist_official.yaml specs/vhl_fmnist_official_long.yaml specs/vhl_fmnist_feddf.yaml specs/vhl_fmnist_gn.yaml specs/vhl_fmnist_standardized.yaml specs/fedimpro_fmnist.yaml specs/fedimpro_fmnist_long.yaml specs/fedbr_fmnist.yaml specs/fedbr_fmnist_long.yaml specs/fedbr_fmnist_skew.yaml specs/fedbr_fmnist_skew_momentum.yaml specs/fedtan_fmnist.yaml specs/fedtan_fmnist_gn.yaml specs/all_methods_fmnist.yaml specs/tct_fmnist_paper.yaml specs/fednova_fmnist.yaml specs/synthetic.yaml
+REPRO_SPECS := specs/quickstart.yaml specs/tct_fmnist.yaml specs/vhl_fmnist.yaml specs/vhl_fmnist_official.yaml specs/vhl_fmnist_official_long.yaml specs/vhl_fmnist_feddf.yaml specs/vhl_fmnist_gn.yaml specs/vhl_fmnist_standardized.yaml specs/fedimpro_fmnist.yaml specs/fedimpro_fmnist_long.yaml specs/fedimpro_fmnist_long_500.yaml specs/fedbr_fmnist.yaml specs/fedbr_fmnist_long.yaml specs/fedbr_fmnist_skew.yaml specs/fedbr_fmnist_skew_480.yaml specs/fedbr_fmnist_skew_momentum.yaml specs/fedtan_fmnist.yaml specs/fedtan_fmnist_gn.yaml specs/fedtan_fmnist_client_test.yaml specs/all_methods_fmnist.yaml specs/tct_fmnist_paper.yaml specs/fednova_fmnist.yaml specs/synthetic.yaml
 REPORTS := $(patsubst specs/%.yaml,report-%,$(REPRO_SPECS))
 # Reproductions whose methods' hyperparameters `fedhet tune` selects first (reports/NAME_tuned.md)
 TUNED_SPECS := specs/tct_fmnist_table3.yaml specs/fedbr_fmnist_table1.yaml
