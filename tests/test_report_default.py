@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import REPO, TINY_SPEC, run_fedhet, write_spec
+from conftest import REPO, TINY_SPEC, write_spec
 
 from fedhet import load
 from fedhet.core.errors import InputError
@@ -59,8 +59,8 @@ def test_a_missing_run_from_python_names_the_load_call_and_train_true(tmp_path, 
         mapping.metrics()
 
 
-def test_a_missing_run_on_the_command_line_names_the_command_and_train(tmp_path):
-    result = run_fedhet("report", "specs/quickstart.yaml", "federation.rounds=3", store=tmp_path)
+def test_a_missing_run_on_the_command_line_names_the_command_and_train(fedhet, tmp_path):
+    result = fedhet("report", "specs/quickstart.yaml", "federation.rounds=3", store=tmp_path)
     assert result.rc == 2 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.endswith(
@@ -68,10 +68,10 @@ def test_a_missing_run_on_the_command_line_names_the_command_and_train(tmp_path)
     )
 
 
-def test_the_command_line_hint_keeps_an_explicit_store(tmp_path):
+def test_the_command_line_hint_keeps_an_explicit_store(fedhet, tmp_path):
     """Run as the hint says, the train stores where the refused command reads."""
     store = tmp_path / "elsewhere"
-    result = run_fedhet("export", "specs/quickstart.yaml", "federation.rounds=3", "--store", store)
+    result = fedhet("export", "specs/quickstart.yaml", "federation.rounds=3", "--store", store)
     assert result.rc == 2 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     command = f"fedhet train specs/quickstart.yaml federation.rounds=3 --store {store}"

@@ -82,47 +82,6 @@ def test_jobs_2_equals_sequential_bit_for_bit(sequential, fedhet, tmp_path):
     assert result.stderr.count("partition") == 2 * 2  # running, computed: each once
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """The address of a local Ray cluster of two one-CPU nodes (real raylets), for this module."""
-    cluster_utils = pytest.importorskip("ray.cluster_utils")
-    cluster = cluster_utils.Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
-    )
-    try:
-        cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        yield cluster.address
-    finally:
-        cluster.shutdown()
-
-
-def test_ray_two_node_cluster_equals_sequential(sequential, ray_cluster, fedhet, tmp_path):
-    spec, expected, rows = sequential
-    result = fedhet(
-        "train", spec, "--ray-address", ray_cluster, "--format", "json", store=tmp_path / "s"
-    )
-    assert result.rc == 0, result.stderr
-    assert without_times(json.loads(result.stdout)) == rows
-    assert_same(stored(tmp_path / "s"), expected)
-
-
-def test_resources_the_cluster_cannot_satisfy_exit_2_in_one_line(ray_cluster, fedhet, tmp_path):
-    spec = write_spec(tmp_path / "m.yaml", MATRIX)
-    result = fedhet(
-        "train",
-        spec,
-        "runtime.resources.cpus=64",
-        "--ray-address",
-        ray_cluster,
-        store=tmp_path / "s",
-    )
-    assert result.rc == 2, result.stderr
-    assert "runtime.resources" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "s").exists()  # nothing started
-
-
 def test_a_killed_sweep_resumes_to_the_uninterrupted_result(sequential, fedhet, tmp_path):
     spec, expected, _ = sequential
     store = tmp_path / "s"
@@ -278,3 +237,47 @@ def test_ray_flag_alone_starts_its_own_ray_and_equals_sequential(sequential, tmp
     assert result.rc == 0, result.stderr
     assert without_times(json.loads(result.stdout)) == rows
     assert_same(stored(tmp_path / "s"), expected)
+
+
+# --- a Ray cluster: the last tests, so that its processes do not run beside the others --------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """The address of a local Ray cluster of two one-CPU nodes (real raylets), for this module."""
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    cluster = cluster_utils.Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+    )
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        cluster.shutdown()
+
+
+def test_ray_two_node_cluster_equals_sequential(sequential, ray_cluster, fedhet, tmp_path):
+    spec, expected, rows = sequential
+    result = fedhet(
+        "train", spec, "--ray-address", ray_cluster, "--format", "json", store=tmp_path / "s"
+    )
+    assert result.rc == 0, result.stderr
+    assert without_times(json.loads(result.stdout)) == rows
+    assert_same(stored(tmp_path / "s"), expected)
+
+
+def test_resources_the_cluster_cannot_satisfy_exit_2_in_one_line(ray_cluster, fedhet, tmp_path):
+    spec = write_spec(tmp_path / "m.yaml", MATRIX)
+    result = fedhet(
+        "train",
+        spec,
+        "runtime.resources.cpus=64",
+        "--ray-address",
+        ray_cluster,
+        store=tmp_path / "s",
+    )
+    assert result.rc == 2, result.stderr
+    assert "runtime.resources" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()  # nothing started
