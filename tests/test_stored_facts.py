@@ -1,8 +1,9 @@
 """Every stored fact under a checksum (issue 43): an attribute a result depends on (a tune's
 scores and choice, a run's summary) changed in valid JSON, or the metadata of an array (metrics,
 partition, checkpoint) missing or edited, is found by the next read, from every command and the
-API, in one line naming the artifact and the member, and by `fedhet artifacts verify`; nothing
-is filled with blanks or NaN, and the store is left as it was. Artifacts written before these
+API, in one line naming the artifact and the member (`runs` and `plan` list such a run as
+damaged, with no results, and go on), and by `fedhet artifacts verify`; nothing is filled with
+blanks or NaN, and the store is left as it was. Artifacts written before these
 checksums read as before."""
 
 from __future__ import annotations
@@ -82,6 +83,19 @@ def assert_one_line(result: CliResult, line: str) -> None:
     assert not any(other.startswith("error") for other in lines[:-1]), result.stderr
 
 
+def assert_listed_damaged(fedhet: CliRunner, stored: Stored, store: Path, found: str) -> None:
+    """`runs` (CLI and API) lists the run as damaged, with no results, and says in one line
+    what is damaged (`found`: member and why), as `plan` does; exit 0: the listing is whole."""
+    listed = fedhet("runs", stored.spec, "--format", "json", store=store)
+    assert listed.rc == 0 and "Traceback" not in listed.stderr, listed.stderr
+    (row,) = json.loads(listed.stdout)
+    assert row["state"] == "damaged" and row["best_test_pct"] is None
+    (line,) = listed.stderr.strip().splitlines()
+    assert line.startswith(f"warning: train/{stored.train[:12]} is damaged: {found} ("), line
+    frame = load(stored.spec, store=store).runs()
+    assert frame.state.tolist() == ["damaged"] and frame.best_test_pct.isna().all()
+
+
 def results(store: Path) -> dict[str, str]:
     """sha256 of every file of every stored artifact."""
     return {
@@ -146,13 +160,12 @@ def test_a_changed_run_summary_is_found_by_every_reader(
     edit_attributes(store / "train" / f"{stored.train}.zarr", change)
     before = results(store)
     line = damage_line("train", stored.train, "zarr.json", "its attributes fail their checksum")
-    for command in (["runs"], ["export"], ["report", "--out", tmp_path / "reports"]):
+    for command in (["export"], ["report", "--out", tmp_path / "reports"]):
         assert_one_line(fedhet(command[0], stored.spec, *command[1:], store=store), line)
-    experiment = load(stored.spec, store=store)
-    for read in (experiment.runs, experiment.metrics):
-        with pytest.raises(DamagedArtifactError) as raised:
-            read()
-        assert f"error: {raised.value}" == line
+    with pytest.raises(DamagedArtifactError) as raised:
+        load(stored.spec, store=store).metrics()
+    assert f"error: {raised.value}" == line
+    assert_listed_damaged(fedhet, stored, store, "zarr.json: its attributes fail their checksum")
     assert f"train/{stored.train[:12]}: CORRUPT: zarr.json" in _verify(fedhet, store)
     assert results(store) == before
 
@@ -224,13 +237,12 @@ def test_damaged_metrics_metadata_is_one_line_from_every_reader_and_the_api(
     damage(store / "train" / f"{stored.train}.zarr" / "metrics" / "test_accuracy" / "zarr.json")
     before = results(store)
     line = damage_line("train", stored.train, "metrics/test_accuracy", why)
-    for command in (["export"], ["runs"], ["report", "--out", tmp_path / "reports"]):
+    for command in (["export"], ["report", "--out", tmp_path / "reports"]):
         assert_one_line(fedhet(command[0], stored.spec, *command[1:], store=store), line)
-    experiment = load(stored.spec, store=store)
-    for read in (experiment.metrics, experiment.runs):
-        with pytest.raises(DamagedArtifactError) as raised:
-            read()
-        assert f"error: {raised.value}" == line
+    with pytest.raises(DamagedArtifactError) as raised:
+        load(stored.spec, store=store).metrics()
+    assert f"error: {raised.value}" == line
+    assert_listed_damaged(fedhet, stored, store, f"metrics/test_accuracy: {why}")
     found = f"train/{stored.train[:12]}: CORRUPT: metrics/test_accuracy: {why}"
     assert found in _verify(fedhet, store).splitlines()
     assert results(store) == before
