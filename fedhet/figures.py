@@ -211,6 +211,8 @@ def curves_figure(
         limits = None if label in percent else robust_limits(curves)
         if limits is not None and _clip(row, curves, settings, algorithms, limits):
             marks.setdefault("clipped", _clipped_entry())
+        if label not in percent and _never_negative(curves):
+            row[0].set_ylim(bottom=max(0.0, row[0].get_ylim()[0]))
     for ax in axes[-1]:
         ax.set_xlabel("round")
     axes[0, 0].set_xlim(left=0.5)  # rounds count from 1 (the axes share it): no round 0 tick
@@ -249,6 +251,14 @@ def _draw_panel(
             marks.setdefault("stage", _stage_entry())
     ax.grid(alpha=0.3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _never_negative(curves: dict[str, dict[str, Curve]]) -> bool:
+    """Whether every mean of a row is >= 0 (a distance, a loss): its axis starts at 0, where a
+    band of mean - std below 0 would show values the metric never takes."""
+    means = np.concatenate([c.mean for setting in curves.values() for c in setting.values()])
+    means = means[np.isfinite(means)]
+    return bool(means.size) and bool((means >= 0).all())
 
 
 def robust_limits(curves: dict[str, dict[str, Curve]]) -> tuple[float, float] | None:

@@ -315,3 +315,11 @@ def test_one_setting_keeps_legend_title_and_caption_apart_and_inside_the_figure(
         for b in names[i + 1 :]:
             assert not boxes[a].overlaps(boxes[b]), (a, b)
     assert fig.get_supxlabel().replace("\n", " ") == caption  # folded between words, all of it
+
+
+def test_a_metric_that_is_never_negative_starts_its_axis_at_zero():
+    # fedimpro_fmnist_weight's weight divergence: means near 0.3, a band of ± 2 below 0
+    panels = {"div": {"s": {"a": _curve(np.full(10, 0.3), std=2.0, seeds=3)}}}
+    assert curves_figure(panels).axes[0].get_ylim()[0] == 0.0
+    signed = {"gain": {"s": {"a": _curve(np.linspace(-1.0, 1.0, 10), std=0.5, seeds=3)}}}
+    assert curves_figure(signed).axes[0].get_ylim()[0] < -1.0
