@@ -28,6 +28,7 @@ from fedhet.core.errors import InputError  # noqa: E402
 from fedhet.core.files import write_atomically  # noqa: E402
 
 CAPTION_CHARS_PER_INCH = 14  # 8-point sans-serif text, with a margin
+PANEL_TITLE_CHARS = 40  # a setting's title over a 4.5-inch panel at 12 points, with a margin
 
 FORMATS = ("png", "svg", "pdf")
 DPI = 200
@@ -207,7 +208,7 @@ def curves_figure(
             row[0].yaxis.set_major_formatter(PercentFormatter(xmax=1))
         for ax, setting in zip(row, settings, strict=True):
             _draw_panel(ax, curves[setting], algorithms, boundaries or {}, marks)
-            ax.set_title(setting)
+            ax.set_title(textwrap.fill(setting, PANEL_TITLE_CHARS))
         limits = None if label in percent else robust_limits(curves)
         if limits is not None and _clip(row, curves, settings, algorithms, limits):
             marks.setdefault("clipped", _clipped_entry())

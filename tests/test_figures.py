@@ -323,3 +323,19 @@ def test_a_metric_that_is_never_negative_starts_its_axis_at_zero():
     assert curves_figure(panels).axes[0].get_ylim()[0] == 0.0
     signed = {"gain": {"s": {"a": _curve(np.linspace(-1.0, 1.0, 10), std=0.5, seeds=3)}}}
     assert curves_figure(signed).axes[0].get_ylim()[0] < -1.0
+
+
+def test_long_setting_titles_fold_instead_of_running_into_each_other():
+    # fednova_fmnist's two settings, side by side
+    settings = [
+        "system.local_epochs={'low': 2, 'high': 5}",
+        "system.local_epochs={'low': 2, 'high': 5}, system.dropout=0.2",
+    ]
+    methods = ["FedAvg", "FedProx", "SCAFFOLD", "FedNova"]
+    row = {m: _curve([0.1, 0.2], std=0.01, seeds=5) for m in methods}  # a band: its legend entry
+    fig = curves_figure({"test accuracy": dict.fromkeys(settings, row)}, title="fednova_fmnist")
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    left, right = (ax.title.get_window_extent(renderer) for ax in fig.axes[:2])
+    assert not left.overlaps(right)
+    assert [ax.get_title().replace("\n", " ") for ax in fig.axes[:2]] == settings
