@@ -5,6 +5,7 @@ others, heatmaps with every client labelled and one panel per distinct partition
 
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
@@ -24,6 +25,13 @@ from fedhet.figures import (
     metric_curves,
     partition_heatmaps,
 )
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Each test's figures closed after it (pyplot keeps them open, and warns past 20)."""
+    yield
+    plt.close("all")
 
 
 def _curve(values, std=0.0, seeds=1) -> Curve:
