@@ -192,7 +192,7 @@ class Session(SpecSession):
         matrix's first), a row per metric and setting, in the metric's unit; `floor`: the
         smallest difference in accuracy, in points (default 0.5), a verdict calls a gain."""
         from fedhet.metrics.summary import validated
-        from fedhet.reports import comparison, personalized, report
+        from fedhet.reports import comparison, personalized, plateau, report
 
         reference = self._reference(baseline)
         self.require_stored(train, "compare")
@@ -202,8 +202,9 @@ class Session(SpecSession):
         if self.spec.eval.client_test is not None:
             metrics += personalized.paired_metrics()
         minimum = _fraction(floor, comparison.FLOOR_POINTS)
+        early = plateau.not_levelled(cells, reference)
         return [
-            _paired_row(metric, row, reference)
+            _paired_row(metric, row, reference, row.setting in early)
             for metric in metrics
             for row in comparison.compared(cells, reference, metric, minimum)
         ]
@@ -336,9 +337,10 @@ def _fraction(points: float | None, default: float) -> float:
     return units.fraction(default if points is None else points)
 
 
-def _paired_row(metric: Any, row: Any, reference: str) -> dict[str, Any]:
+def _paired_row(metric: Any, row: Any, reference: str, early: bool) -> dict[str, Any]:
     """A paired comparison (fedhet.reports.comparison) as a row, its differences in the
-    metric's unit."""
+    metric's unit; `early`: the reference's curve has not levelled off in the row's setting,
+    so the verdict is early training's (the report's " (early training)" mark)."""
     from fedhet.reports.comparison import in_unit
 
     c = row.comparison
@@ -358,6 +360,7 @@ def _paired_row(metric: Any, row: Any, reference: str) -> dict[str, Any]:
         "ci_high": shown(c.high),
         "seeds_ahead": c.ahead,
         "verdict": c.verdict,
+        "early_training": early,
         "rounds": row.rounds,
         "differences": [shown(d) for d in row.pairing.differences],
     }
