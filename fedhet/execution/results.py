@@ -65,8 +65,13 @@ def outcome(run: Run, store: ArtifactStore, train: bool) -> Outcome:
 
 
 def stored_divergence(run: Run, store: ArtifactStore) -> DivergedError | None:
-    """The divergence recorded when the run's stage last ran, else None."""
-    return divergence.recorded(store.partial_dir(run.node.stage, run.node.key))
+    """The divergence recorded when the run's stage last ran, or when one of the stages it is
+    built on did (TCT's stage 1: its eNTK and stage 2 then never run), else None."""
+    for node in reversed(run.node.walk()):
+        diverged = divergence.recorded(store.partial_dir(node.stage, node.key))
+        if diverged is not None:
+            return diverged
+    return None
 
 
 def require_stored(runs: list[Run], store: ArtifactStore, remedy: str, shown: int = 5) -> None:

@@ -267,10 +267,20 @@ def _stages(rows: list[dict[str, Any]]) -> str:
 _RESULTS = ("best_test", "test_at_best_val", "final", "wall_time_s")
 
 
+def run_state(run: Run, store: ArtifactStore) -> StageState:
+    """The state of the run's own stage, checksums checked; a run whose own stage is missing
+    because a stage it is built on diverged (TCT's stage 1) has that stage's divergence."""
+    state = stage_state(run.node, store, run.spec, verify=True)
+    if state.state != MISSING:
+        return state
+    upstream = (stage_state(node, store, run.spec) for node in reversed(run.node.walk()[:-1]))
+    return next((up for up in upstream if up.state == DIVERGED), state)
+
+
 def run_row(run: Run, store: ArtifactStore, on_damage: OnDamage) -> dict[str, Any]:
     """A run's results as far as the store has them. A stored run's checksums are checked as
     the plan checks them (`damage`): a damaged one has no results and is told to `on_damage`."""
-    state = stage_state(run.node, store, run.spec, verify=True)
+    state = run_state(run, store)
     if state.damage is not None:
         on_damage(run.node.stage, run.node.key, state.damage)
     row: dict[str, Any] = {
