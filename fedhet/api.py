@@ -160,8 +160,9 @@ class Experiment(Session):
 
     @damage_named()
     def plan(self, tune: bool = False) -> pd.DataFrame:
-        """What `fedhet plan` prints: every run's stages and their state (stored, partial, missing)
-        with the time still needed where known; with `tune`, the runs of the tune's trials. The
+        """What `fedhet plan` prints: every run's stages and their state (stored, diverged,
+        blocked by a diverged stage, partial, missing) with the time still needed where known;
+        with `tune`, the runs of the tune's trials. The
         one-line summary is in `.attrs["summary"]`."""
         rows, summary = self.plan_rows(tune)
         frame = _frame(rows)

@@ -93,10 +93,10 @@ class Session(SpecSession):
         return listed
 
     def plan_rows(self, tune: bool = False) -> tuple[Rows, str]:
-        """Every run's stages and their state (stored, partial, missing, with the time left
-        where known, or damaged: one line each says how to recompute it), and a one-line
-        summary; with `tune`, the runs of the tune's trials as far as the stored results decide
-        them, and the tune's outcome as its own row."""
+        """Every run's stages and their state (stored, diverged, blocked, partial, missing, with
+        the time left where known, or damaged: one line each says how to recompute it), and a
+        one-line summary; with `tune`, the runs of the tune's trials as far as the stored results
+        decide them, and the tune's outcome as its own row."""
         from fedhet.reports.status import plan_rows
 
         if not tune:

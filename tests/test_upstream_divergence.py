@@ -1,7 +1,8 @@
 """A run built on a stage that diverged (TCT whose stage 1 diverges: its eNTK and stage 2 never
 run) has that divergence as its result, as a one-stage run has its own: `tune` scores the trial
-nothing and goes on (it crashed with a KeyError), `runs` lists the run as diverged, and
-`report` reads it without asking for training."""
+nothing and goes on (it crashed with a KeyError), `runs` lists the run as diverged, `plan`
+its later stages as blocked (nothing left to run), and `report` reads it without asking for
+training."""
 
 from __future__ import annotations
 
@@ -64,6 +65,11 @@ def test_runs_and_report_read_the_first_stages_divergence(
     (row,) = json.loads(fedhet("runs", spec, override, "--format", "json", store=tmp_path).stdout)
     assert row["state"] == "diverged" and row["rounds"] == "1/2"  # of stage 1's 2 rounds
     assert row["final_pct"] is None
+    plan = fedhet("plan", spec, override, "--format", "json", store=tmp_path)
+    states = {stage["stage"]: stage["state"] for stage in json.loads(plan.stdout)}
+    assert states["train"] == "diverged (in round 1 of 2)"
+    assert states["entk"] == states["regress"] == "blocked (a stage it is built on diverged)"
+    assert "2 blocked; nothing left to run" in fedhet("plan", spec, override, store=tmp_path).stdout
     reported = fedhet("report", spec, override, "--out", tmp_path / "report", store=tmp_path)
     assert reported.rc == 0, reported.stderr
     assert "diverged" in (tmp_path / "report" / "upstream-divergence.md").read_text()

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 STORED, PARTIAL, MISSING, DIVERGED = "stored", "partial", "missing", "diverged"
 DAMAGED = "damaged"  # stored, but its checksums (those `fedhet plan` checks) find it corrupt
-DONE = (STORED, DIVERGED)  # a diverged stage is a result too: nothing left to run
+BLOCKED = "blocked"  # missing, built on a stage that diverged: it never runs (TCT's stage 2)
+DONE = (STORED, DIVERGED, BLOCKED)  # a diverged stage is a result too: nothing left to run
 # The federation fields that set how much work a round is.
 _FEDERATION_SIZES = ("clients_per_round", "fraction", "local_epochs", "local_steps", "batch_size")
 
@@ -48,6 +49,8 @@ class StageState:
             return f"{self.state} ({self.extends.describe()})"
         if self.state == DIVERGED:
             return f"diverged (in round {self.done} of {self.total or '?'})"
+        if self.state == BLOCKED:
+            return "blocked (a stage it is built on diverged)"
         return self.state
 
 
@@ -180,13 +183,16 @@ def plan_rows(
     for run in runs:
         for node in run.node.walk():
             users[node.key] += 1
-    estimator, rows, seen = Estimator(store), [], set()
+    estimator, rows, states = Estimator(store), [], {}
     for run in runs:
-        for node in run.node.walk():
-            if node.key in seen:
+        for node in run.node.walk():  # upstream first
+            if node.key in states:
                 continue
-            seen.add(node.key)
             state = stage_state(node, store, run.spec, verify=True)
+            ended = [states[up.key].state in (DIVERGED, BLOCKED) for up in node.upstream.values()]
+            if state.state == MISSING and any(ended):
+                state = StageState(node, BLOCKED, total=state.total)
+            states[node.key] = state
             if state.damage is not None:
                 on_damage(node.stage, node.key, state.damage)
             left = estimator.seconds_left(state)
@@ -231,7 +237,9 @@ def summary(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         counts[row["state"].split()[0].rstrip(":")] += 1
     states = ", ".join(
-        f"{counts[s]} {s}" for s in (STORED, DIVERGED, PARTIAL, MISSING, DAMAGED) if counts[s]
+        f"{counts[s]} {s}"
+        for s in (STORED, DIVERGED, BLOCKED, PARTIAL, MISSING, DAMAGED)
+        if counts[s]
     )
     if counts[PARTIAL] + counts[MISSING] + counts[DAMAGED] == 0:
         return f"{len(rows)} stages: {states}; nothing left to run"
