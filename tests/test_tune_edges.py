@@ -204,6 +204,25 @@ def test_a_runoff_runs_the_close_trials_on_its_seeds_and_chooses_by_mean():
     assert choice.trials[2].runoff[0].spec.seed == 9  # an ordinary run on the runoff's seed
 
 
+def test_a_runoff_leaves_a_clear_choice_as_it_is_beside_a_close_one():
+    """Two methods, one with two close trials and one with a clear best: only the first runs
+    the runoff (a tune crashed with an IndexError on the second, TCT Table 3's)."""
+    data = copy.deepcopy(EDGE_SPEC)
+    data["matrix"]["algorithm"] = [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.01}]
+    data["tune"]["runoff"] = {"seeds": [9], "within": 0.05}
+
+    def score(spec: Any) -> float:  # FedAvg: 0.003 and 0.01 within 0.05; FedProx: 0.01 by far
+        if spec.algorithm.name == "fedavg":
+            return {0.001: 0.5, 0.003: 0.6, 0.01: 0.62}[spec.federation.lr]
+        return {0.001: 0.3, 0.003: 0.4, 0.01: 0.9}[spec.federation.lr]
+
+    fedavg, fedprox = _choices(data, score)
+    assert [t.values["federation.lr"] for t in fedavg.trials if t.runoff] == [0.003, 0.01]
+    assert fedavg.trials[fedavg.chosen].values == {"federation.lr": 0.01}
+    assert not any(t.runoff for t in fedprox.trials)
+    assert fedprox.trials[fedprox.chosen].values == {"federation.lr": 0.01}
+
+
 def test_a_tune_stored_before_edges_were_recorded_has_them_found_when_read(tmp_path: Path):
     data = copy.deepcopy(EDGE_SPEC)
     outcome = outcome_of("k" * 64, parse_spec(data).tune, _choices(data, _peaked_at_0_1))

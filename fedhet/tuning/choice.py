@@ -95,8 +95,11 @@ def _runoff(choices: list[Choice], tune: TuneSpec, measure: Measure) -> bool:
             continue
         scores = [trial.final_score for trial in choice.trials]
         best_seeds = choice.trials[choice.chosen].scores
-        close[index] = close_trials(scores, best_seeds, tune.runoff.within, tune.runoff.candidates)
-        for trial in (choice.trials[i] for i in close[index]):
+        numbers = close_trials(scores, best_seeds, tune.runoff.within, tune.runoff.candidates)
+        if not numbers:  # a clear best: chosen as it is
+            continue
+        close[index] = numbers
+        for trial in (choice.trials[i] for i in numbers):
             trial.runoff = choice.group.trial_runs(trial.number, trial.values, tune.runoff.seeds)
             trial.runs += trial.runoff
     runs = [run for choice in choices for trial in choice.trials for run in trial.runoff]
