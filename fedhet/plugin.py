@@ -137,9 +137,11 @@ Tensors, models and metrics
         (accuracy, mean cross-entropy) of a model on samples, as the engine scores its rounds.
     Scores, class_accuracies, LossFn, client_gradient_variance, summarize
         Metrics.
-    stage_progress, round_note, run_metrics, write_metrics, tensorboard, figure_format, image_grid
+    stage_progress, round_note, run_metrics, write_metrics, COST_METRICS, tensorboard,
+    figure_format, image_grid
         For a method with a training stage of its own (TCT): progress lines and a round's note
-        in them, stored metrics, TensorBoard events, figures.
+        in them, stored metrics (COST_METRICS: those of a round's costs, not of its model),
+        TensorBoard events, figures.
 
 Commands (a method's `commands`: a typer.Typer whose commands join fedhet's command line)
     SpecPath, OverridesArg, OnlyOpt, StoreOpt, DataRootOpt
@@ -244,6 +246,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "num_local_steps": ("fedhet.engine.system", "num_local_steps"),
     "round_note": ("fedhet.engine.progress", "round_note"),
     "run_metrics": ("fedhet.engine.run_format", "run_metrics"),
+    "COST_METRICS": ("fedhet.engine.run_format", "COST_METRICS"),
     "gradient_only": ("fedhet.engine.modules", "gradient_only"),
     "scale_gradient": ("fedhet.engine.modules", "scale_gradient"),
     "sgd": ("fedhet.engine.local", "sgd"),

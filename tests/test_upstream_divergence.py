@@ -12,6 +12,13 @@ from pathlib import Path
 import pytest
 from conftest import CliRunner, write_spec
 
+from fedhet.core.divergence import record
+from fedhet.core.errors import DivergedError
+from fedhet.core.spec import load_spec
+from fedhet.core.store import ArtifactStore
+from fedhet.engine.run_format import METRICS
+from fedhet.execution.planning import runs_of
+
 DIVERGING_LR = 1e20  # the MLP's loss is NaN at stage 1's first step
 SPEC = {
     "name": "upstream-divergence",
@@ -63,7 +70,7 @@ def test_runs_and_report_read_the_first_stages_divergence(
     trained = fedhet("train", spec, override, store=tmp_path)
     assert trained.rc == 1 and "loss became nan" in trained.stderr
     (row,) = json.loads(fedhet("runs", spec, override, "--format", "json", store=tmp_path).stdout)
-    assert row["state"] == "diverged" and row["rounds"] == "1/2"  # of stage 1's 2 rounds
+    assert row["state"] == "diverged" and row["rounds"] == "1/3"  # of TCT's 2 + 1 rounds
     assert row["final_pct"] is None
     plan = fedhet("plan", spec, override, "--format", "json", store=tmp_path)
     states = {stage["stage"]: stage["state"] for stage in json.loads(plan.stdout)}
@@ -72,4 +79,27 @@ def test_runs_and_report_read_the_first_stages_divergence(
     assert "2 blocked; nothing left to run" in fedhet("plan", spec, override, store=tmp_path).stdout
     reported = fedhet("report", spec, override, "--out", tmp_path / "report", store=tmp_path)
     assert reported.rc == 0, reported.stderr
-    assert "diverged" in (tmp_path / "report" / "upstream-divergence.md").read_text()
+    text = (tmp_path / "report" / "upstream-divergence.md").read_text()
+    assert "| TCT | - (n=1) † 1/1 |" in text
+
+
+def test_a_diverged_first_stages_accuracy_is_not_the_runs(
+    fedhet: CliRunner, spec: Path, tmp_path: Path
+):
+    """Stage 1's model is not TCT's: of its rounds before the divergence only the costs count
+    (as in a stored TCT run), not stage 1's 90% test accuracy."""
+    override = f"federation.lr={DIVERGING_LR}"
+    assert fedhet("train", spec, override, store=tmp_path).rc == 1
+    (run,) = runs_of(load_spec(spec, [override]))
+    stage1 = next(node for node in run.node.walk() if node.stage == "train")
+    before = {name: [1.0] for name in METRICS} | {"test_accuracy": [0.9], "wall_time": [1.5]}
+    record(
+        ArtifactStore(tmp_path).partial_dir("train", stage1.key), DivergedError("nan", 2, before)
+    )
+    (row,) = json.loads(fedhet("runs", spec, override, "--format", "json", store=tmp_path).stdout)
+    assert row["rounds"] == "2/3" and row["best_test_pct"] is None
+    assert row["wall_time_s"] == pytest.approx(1.5)
+    exported = fedhet("export", spec, override, "--format", "json", store=tmp_path)
+    first = json.loads(exported.stdout)[0]  # round 1, before the divergence in round 2
+    assert first["test_accuracy_pct"] is None and first["test_loss"] is None
+    assert first["bytes_up"] == 1.0 and first["wall_time"] == 1.5

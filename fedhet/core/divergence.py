@@ -30,7 +30,7 @@ def recorded(partial: Path) -> DivergedError | None:
     try:
         content = json.loads(marker.read_text())
         checksum = content.pop(CHECKSUM, None)  # None: recorded before the checksum
-        error = DivergedError(content["message"], content["round"], content["metrics"])
+        error = DivergedError(content["message"], content["round"], content["metrics"], key)
     except (ValueError, KeyError, TypeError, AttributeError):  # what a damaged record raises
         raise damaged(stage, key, MARKER, "unreadable") from None
     if checksum is not None and checksum != json_checksum(content):

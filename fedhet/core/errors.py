@@ -28,15 +28,23 @@ class DamagedArtifactError(RunError):
 
 
 class DivergedError(RunError):
-    """A run's loss or model became non-finite; `metrics` are the rounds completed before."""
+    """A run's loss or model became non-finite; `metrics` are the rounds completed before;
+    `key` the key of the stage that diverged, once it is known (recorded)."""
 
-    def __init__(self, message: str, round_number: int, metrics: dict[str, list[float]]):
+    def __init__(
+        self,
+        message: str,
+        round_number: int,
+        metrics: dict[str, list[float]],
+        key: str | None = None,
+    ):
         super().__init__(message)
         self.round_number = round_number
         self.metrics = metrics
+        self.key = key
 
     def __reduce__(self):  # travels back from a worker process or a Ray task whole
-        return type(self), (str(self), self.round_number, self.metrics)
+        return type(self), (str(self), self.round_number, self.metrics, self.key)
 
 
 def release_frames(error: BaseException) -> None:

@@ -237,6 +237,7 @@ def _compute_locked(node: StageNode, ctx: RunContext) -> None:
         stop.in_stage(f"{node.stage} {key[:12]}")
         raise
     except DivergedError as error:  # a result: kept for report, export and eval
+        error.key = key
         divergence.record(partial, error)
         release_frames(error)
         raise

@@ -67,6 +67,8 @@ METRICS = (
     "comm_rounds",  # server-client round trips: 1 (model exchange) + Traffic.rounds (FedTAN)
     "wall_time",
 )
+# A round's costs, not its model's quality: what a stage counts of the stages it is built on
+COST_METRICS = ("bytes_up", "bytes_down", "comm_rounds", "wall_time")
 # Measured on evaluation rounds only (NaN in the rounds between)
 EVALUATION_METRICS = ("test_accuracy", "test_loss")
 # The group of a train artifact holding the state a longer run continues from

@@ -3,6 +3,7 @@ summarized as one row."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,7 @@ from fedhet.core.errors import DivergedError, FedhetError, InputError
 from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensorboard
+from fedhet.engine.run_format import COST_METRICS
 from fedhet.execution.planning import Run
 from fedhet.metrics.summary import summarize
 
@@ -66,12 +68,28 @@ def outcome(run: Run, store: ArtifactStore, train: bool) -> Outcome:
 
 def stored_divergence(run: Run, store: ArtifactStore) -> DivergedError | None:
     """The divergence recorded when the run's stage last ran, or when one of the stages it is
-    built on did (TCT's stage 1: its eNTK and stage 2 then never run), else None."""
+    built on did (TCT's stage 1: its eNTK and stage 2 then never run), as the run's (see
+    `run_divergence`), else None. A stage stored since (by another machine) has no say."""
     for node in reversed(run.node.walk()):
+        if store.path(node.stage, node.key).joinpath("zarr.json").exists():
+            continue
         diverged = divergence.recorded(store.partial_dir(node.stage, node.key))
         if diverged is not None:
-            return diverged
+            return run_divergence(run, diverged)
     return None
+
+
+def run_divergence(run: Run, error: DivergedError) -> DivergedError:
+    """`error` as the run's result: when a stage the run is built on diverged, that stage's
+    model is not the run's, so of its rounds only the costs count (as TCT's stage 2 counts its
+    stage 1's), every other metric NaN."""
+    if error.key in (None, run.node.key):
+        return error
+    metrics = {
+        name: values if name in COST_METRICS else [math.nan] * len(values)
+        for name, values in error.metrics.items()
+    }
+    return DivergedError(str(error), error.round_number, metrics, error.key)
 
 
 def require_stored(runs: list[Run], store: ArtifactStore, remedy: str, shown: int = 5) -> None:
@@ -124,4 +142,4 @@ def failed_row(run: Run, error: FedhetError) -> dict[str, Any]:
             "final": "failed",
         }
     failed = f"diverged {error.round_number}/{run.spec.federation.rounds}"
-    return {**result_row(run, error.metrics), "final": failed}
+    return {**result_row(run, run_divergence(run, error).metrics), "final": failed}

@@ -17,7 +17,7 @@ FedRep, FedBN, SiloBN, Local). A run's values are its final model's (`fedhet eva
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -78,14 +78,16 @@ def section(
     floor: float,
     summary: Callable[[list[float]], str],
     figure: Path,
+    early: Collection[str] = (),
 ) -> str:
     """The section's markdown: a table per setting (each cell `summary` of the runs' values,
     over seeds), the paired tables against `reference` (`floor`: the smallest difference, as a
-    fraction, a verdict calls a gain) and the figure, written as `figure` in every format."""
+    fraction, a verdict calls a gain; a verdict in a setting of `early` marked early training,
+    as the report's) and the figure, written as `figure` in every format."""
     settings = list(dict.fromkeys(setting for _, setting in cells))
     tables = [f"### {setting}\n\n" + _table(cells, setting, summary) for setting in settings]
     paired = [
-        f"#### {metric.title}\n\n" + paired_table(rows, metric.unit)
+        f"#### {metric.title}\n\n" + paired_table(rows, metric.unit, early)
         for metric in paired_metrics()
         if (rows := compared(cells, reference, metric, floor))
     ]

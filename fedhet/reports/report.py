@@ -210,7 +210,8 @@ def write_report(
         sections.append(own_angle_section(rows))
     if spec.eval.client_test is not None:
         figure = out_dir / f"{spec.name}-personalized.png"
-        sections.append(personalized.section(cells(rows), reference, floor, percent_cell, figure))
+        section = personalized.section(cells(rows), reference, floor, percent_cell, figure, early)
+        sections.append(section)
     sections += filter(None, [heterogeneity_section(runs, store)])
     sections += [
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds "

@@ -1,6 +1,6 @@
-"""What the store holds of a spec: each stage's state (stored, partial: round k of n, missing),
-each run's results so far, and the time the missing work should take, estimated from stored
-artifacts of the same stage and shape."""
+"""What the store holds of a spec: each stage's state (stored, partial: round k of n, diverged,
+blocked by a diverged stage, missing), each run's results so far, and the time the missing work
+should take, estimated from stored artifacts of the same stage and shape."""
 
 from __future__ import annotations
 
@@ -277,12 +277,15 @@ _RESULTS = ("best_test", "test_at_best_val", "final", "wall_time_s")
 
 def run_state(run: Run, store: ArtifactStore) -> StageState:
     """The state of the run's own stage, checksums checked; a run whose own stage is missing
-    because a stage it is built on diverged (TCT's stage 1) has that stage's divergence."""
+    because a stage it is built on diverged (TCT's stage 1) is diverged, in that round. A
+    diverged run's rounds are the whole run's (TCT: both stages')."""
     state = stage_state(run.node, store, run.spec, verify=True)
-    if state.state != MISSING:
+    if state.state not in (MISSING, DIVERGED):
         return state
-    upstream = (stage_state(node, store, run.spec) for node in reversed(run.node.walk()[:-1]))
-    return next((up for up in upstream if up.state == DIVERGED), state)
+    diverged = stored_divergence(run, store)
+    if diverged is None:
+        return state
+    return StageState(run.node, DIVERGED, diverged.round_number, run.spec.federation.rounds)
 
 
 def run_row(run: Run, store: ArtifactStore, on_damage: OnDamage) -> dict[str, Any]:

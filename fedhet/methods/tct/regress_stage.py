@@ -40,6 +40,7 @@ from fedhet.methods.tct.least_squares import linear_map
 from fedhet.methods.tct.regression import centered_one_hot, solve
 from fedhet.methods.tct.sections import Stage2Spec
 from fedhet.plugin import (
+    COST_METRICS,
     DivergedError,
     RunContext,
     StageNode,
@@ -54,7 +55,6 @@ from fedhet.plugin import (
 )
 
 BYTES_PER_VALUE = 4  # W and b travel in float32
-STAGE1_COSTS = ("bytes_up", "bytes_down", "comm_rounds", "wall_time")
 
 
 @dataclass
@@ -115,7 +115,7 @@ def stage1_rows(bootstrap_metrics: zarr.Group, names: tuple[str, ...]) -> dict[s
     rounds = bootstrap_metrics["wall_time"].shape[0]
     return {
         name: bootstrap_metrics[name][:].tolist()
-        if name in STAGE1_COSTS and name in bootstrap_metrics
+        if name in COST_METRICS and name in bootstrap_metrics
         else [math.nan] * rounds
         for name in names
     }
