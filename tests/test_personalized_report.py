@@ -123,6 +123,11 @@ def test_report_figures_equal_those_computed_by_hand(fedhet, trained, tmp_path):
         f"{differences.mean():+.2f}",
         f"[{differences.mean() - half:+.2f}, {differences.mean() + half:+.2f}]",
     ]
+    # its verdict as compare() gives it, marked where FedAvg's curve has not levelled off
+    compared = load(spec_path, store=store).compare()
+    same = compared.metric.str.contains("weighted mean over clients")
+    (api_row,) = compared[same & (compared.algorithm == label["ditto"])].itertuples()
+    assert ditto[6] == api_row.verdict + (" (early training)" if api_row.early_training else "")
     fedper_global = next(
         r for r in paired[-1] if r[0] == label["fedper"]
     )  # the global model's table
