@@ -12,6 +12,10 @@ TUNED_SPECS := specs/tct_fmnist_table3.yaml specs/fedbr_fmnist_table1.yaml
 TUNED_REPORTS := $(patsubst specs/%.yaml,report-tuned-%,$(TUNED_SPECS))
 # the row a report pairs the others with, where it is not the spec's first algorithm
 BASELINE_fedbr_fmnist_table1 := FedAvg (momentum=0.9)
+# a second report of the same runs, NAME_vs_SLUG_tuned.md, paired with another row: a paper's
+# ordering among its methods (TCT > FedDyn > FedAdam)
+SECOND_BASELINE_tct_fmnist_table3 := FedDyn
+SECOND_SLUG_tct_fmnist_table3 := feddyn
 
 .PHONY: install lock test lint docs docs-check quickstart reproduce readme clean-tree bench bench-venvs clean $(REPORTS) $(TUNED_REPORTS)
 
@@ -74,6 +78,7 @@ $(REPORTS): report-%: install clean-tree
 $(TUNED_REPORTS): report-tuned-%: install clean-tree
 	$(BIN)/fedhet tune specs/$*.yaml
 	$(BIN)/fedhet report specs/$*.yaml --tuned --train --out reports $(if $(BASELINE_$*),--baseline '$(BASELINE_$*)')
+	$(if $(SECOND_BASELINE_$*),$(BIN)/fedhet report specs/$*.yaml name=$*_vs_$(SECOND_SLUG_$*) --tuned --out reports --baseline '$(SECOND_BASELINE_$*)')
 
 # The documentation's result tables (docs/results/), rewritten from the committed reports
 # (reports/readme.yaml).
