@@ -13,7 +13,6 @@ from fedhet.core.errors import DivergedError, FedhetError, InputError
 from fedhet.core.pipeline import RunContext, ensure
 from fedhet.core.store import ArtifactStore
 from fedhet.engine import tensorboard
-from fedhet.engine.run_format import COST_METRICS
 from fedhet.execution.planning import Run
 from fedhet.metrics.summary import summarize
 
@@ -85,6 +84,10 @@ def run_divergence(run: Run, error: DivergedError) -> DivergedError:
     stage 1's), every other metric NaN."""
     if error.key in (None, run.node.key):
         return error
+    from fedhet.engine.run_format import (
+        COST_METRICS,
+    )  # here: it imports zarr, which plan does without
+
     metrics = {
         name: values if name in COST_METRICS else [math.nan] * len(values)
         for name, values in error.metrics.items()
