@@ -3,6 +3,7 @@ SCAFFOLD's control variates and its advantage over FedAvg on a convex non-iid pr
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,11 @@ from fedhet.core.spec import Spec, parse_spec
 from fedhet.data.datasets import load_dataset
 from fedhet.engine.local import effective_steps
 from fedhet.engine.loop import Engine, evaluate
-from fedhet.engine.run_format import RunState
+from fedhet.engine.run_format import Checkpoints, RunState
 from fedhet.engine.setup import TrainSetup
 from fedhet.engine.trainer import Trainer
 from fedhet.models import build_model
+from fedhet.process.interrupts import Interrupted
 
 torch.set_num_threads(1)
 DIGITS = load_dataset("digits")
@@ -272,3 +274,24 @@ def test_an_algorithm_revision_changes_only_its_own_keys(monkeypatch):
     before = {name: key(name) for name in ("fedavg", "scaffold")}
     monkeypatch.setattr(ScaffoldConfig, "revision", ScaffoldConfig.revision + 1)
     assert key("scaffold") != before["scaffold"] and key("fedavg") == before["fedavg"]
+
+
+def test_an_interrupt_held_until_a_save_ends_keeps_the_round_it_saved(tmp_path, monkeypatch):
+    """Ctrl-C during a checkpoint's write is raised as the write ends (interrupts.deferred): the
+    round just saved is kept and the message names the next round. The run had kept the state
+    before that round, dropped the saved checkpoint and said "round 1" (a flaky CLI test)."""
+    save, signalled = Checkpoints.save, []
+
+    def save_then_interrupted(self, state):
+        save(self, state)
+        if not signalled:  # one Ctrl-C
+            signalled.append(state.round)
+            raise Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_interrupted)
+    runtime = {"progress": False, "checkpoint_every": 1}
+    engine = Engine.from_spec(make_spec({"name": "fedavg"}, runtime=runtime), tmp_path)
+    with pytest.raises(Interrupted) as stop:
+        engine.run()
+    assert stop.value.where == f"at round 2 of {FEDERATION['rounds']}"
+    assert [p.name for p in tmp_path.glob("ckpt-*.zarr")] == ["ckpt-000001.zarr"]

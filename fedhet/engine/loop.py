@@ -155,6 +155,7 @@ class Engine:
                 self.run_round(rnd, state)
                 state.round = rnd + 1
                 if state.round < rounds and self.checkpoint_due(state.round):
+                    before = state  # complete: an interrupt held until the save ends keeps it
                     self.checkpoints.save(state)
                     self.last_checkpoint = time.monotonic()
         except Interrupted as stop:  # the round in progress is dropped; the ones before are kept
