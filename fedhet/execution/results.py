@@ -84,9 +84,8 @@ def run_divergence(run: Run, error: DivergedError) -> DivergedError:
     stage 1's), every other metric NaN."""
     if error.key in (None, run.node.key):
         return error
-    from fedhet.engine.run_format import (
-        COST_METRICS,
-    )  # here: it imports zarr, which plan does without
+    # imported here: run_format imports zarr, which `plan` and `runs` do without
+    from fedhet.engine.run_format import COST_METRICS
 
     metrics = {
         name: values if name in COST_METRICS else [math.nan] * len(values)
