@@ -173,17 +173,38 @@ def test_a_live_lock_is_not_taken_and_a_released_one_is(tmp_path):
     assert not path.exists() and lockfile.holder(path) is None
 
 
+def dead_pid() -> int:
+    """The process id of a process of this host that has ended."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(done.stdout)
+
+
 def test_a_dead_owners_lock_is_taken_over_once(tmp_path):
     path = tmp_path / "k.lock"
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    ).stdout.strip()
-    owner = lockfile.Owner(lockfile.socket.gethostname(), int(dead), time.time(), "dead")
+    owner = lockfile.Owner(lockfile.socket.gethostname(), dead_pid(), time.time(), "dead")
     path.write_text(json.dumps(owner.__dict__))
     lease = lockfile.try_acquire(path)
     assert lease is not None and lease.took_over == owner
     assert lockfile.try_acquire(path) is None  # the new owner holds it
     lease.release()
+
+
+def test_a_rerun_removes_the_lock_a_writer_killed_after_publishing_left(fedhet, tmp_path):
+    """Killed between publishing an artifact and unlocking it, a writer leaves a lock on a
+    stored key; the next command that finds the key stored removes it (a live one's stays)."""
+    spec = write_spec(tmp_path / "one.yaml", {**MATRIX, "matrix": {"seed": [0, 1]}})
+    store = tmp_path / "s"
+    assert fedhet("train", spec, store=store).rc == 0
+    dead = lockfile.Owner(lockfile.socket.gethostname(), dead_pid(), time.time(), "dead")
+    (seed0, seed1) = sorted(store.glob("partition/*.zarr"))
+    dead_lock, live_lock = (seed0.with_suffix(".lock"), seed1.with_suffix(".lock"))
+    dead_lock.write_text(json.dumps(dead.__dict__))
+    with lockfile.try_acquire(live_lock):
+        rerun = fedhet("train", spec, store=store)
+        assert rerun.rc == 0, rerun.stderr
+        assert not dead_lock.exists() and live_lock.exists()
 
 
 def test_a_silent_remote_owners_lock_goes_stale(tmp_path, monkeypatch):

@@ -174,6 +174,7 @@ def compute(node: StageNode, ctx: RunContext, wait: bool) -> str:
     worker, a Ray task)."""
     store, key = ctx.store, node.key
     if store.exists(node.stage, key):
+        store.drop_stale_lock(node.stage, key)
         environment = store.attrs(node.stage, key).get("environment")
         note = provenance.reuse_note(environment, ctx.spec.runtime)
         line = f"{node.stage} {key[:12]}: reusing the stored artifact{note}"

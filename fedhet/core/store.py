@@ -195,6 +195,13 @@ class ArtifactStore:
         lease.took_over = lease.took_over or remote.took_over
         return lease
 
+    def drop_stale_lock(self, stage: str, key: str) -> None:
+        """Remove the lock a dead writer left on a stored artifact (killed between publishing
+        it and unlocking); a live owner's lock stays."""
+        path = self._lock_path(stage, key)
+        if path.exists() and (lease := lockfile.try_acquire(path)) is not None:
+            lease.release()
+
     def holder(self, stage: str, key: str) -> lockfile.Owner | None:
         """The live owner of the key's lock, if any."""
         local = lockfile.holder(self._lock_path(stage, key))
