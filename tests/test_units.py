@@ -68,7 +68,9 @@ def test_the_api_shows_accuracies_in_percent_of_the_stored_fractions(trained, ap
     for label, run in runs.iterrows():
         curve = metrics[metrics.run == label].set_index("round").test_accuracy_pct
         fractions = stored.open("train", run.key)["metrics"]["test_accuracy"][:]
-        assert list(curve) == [100 * f for f in fractions]  # the store keeps fractions
+        assert list(curve) == pytest.approx(
+            [100 * f for f in fractions], abs=1e-9
+        )  # stored: fractions
         assert run.best_test_pct == curve.max() and run.final_pct == curve[2]
         assert 10 < run.best_test_pct <= 100  # above chance, in percent
 
@@ -163,6 +165,12 @@ def test_a_floor_in_points_gives_the_same_verdict_from_python_and_the_command_li
         mark = " (early training)" if row.early_training else ""
         assert table[2][6] == verdict + mark
         assert f"at least {floor:.2f} points" in text
+
+
+def test_a_percent_carries_no_binary_noise_into_what_a_person_pastes():
+    assert 100 * 0.7493 != 74.93 and units.percent(0.7493) == 74.93
+    assert json.dumps(units.shown_row({"best_test": 0.7493})) == '{"best_test_pct": 74.93}'
+    assert units.fraction(units.percent(0.123456789)) == pytest.approx(0.123456789, abs=1e-12)
 
 
 def test_every_percent_column_of_the_command_line_is_a_stored_fraction():

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
+import numpy as np
+
 # The quantities stored as fractions of 1: the accuracies of a run's rounds, of its summary, of
 # `fedhet eval` (one, or a list per class or client) and of `fedhet tune`'s validation scores;
 # a partition's dominant-class share.
@@ -52,8 +54,10 @@ POINTS = "points"  # the unit of a difference of two accuracies: percentage poin
 
 
 def percent(fraction: float) -> float:
-    """An accuracy stored as a fraction, in percent (or a difference of two, in points)."""
-    return 100 * fraction
+    """An accuracy stored as a fraction, in percent (or a difference of two, in points), to 10
+    decimals: 0.7493 is 74.93, not 74.92999999999999, in a JSON or CSV a person pastes."""
+    scaled = 100 * fraction
+    return np.round(scaled, 10) if isinstance(scaled, np.ndarray) else round(scaled, 10)
 
 
 def fraction(shown: float) -> float:
