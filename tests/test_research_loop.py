@@ -9,6 +9,7 @@ import io
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ import yaml
 import zarr
 from conftest import CliRunner, cli_env
 
-from fedhet.core.spec import json_schema
-from fedhet.core.store import ArtifactStore
+from fedhet.core.spec import json_schema, load_spec
+from fedhet.core.store import ArtifactInfo, ArtifactStore
+from fedhet.execution.planning import runs_of
+from fedhet.reports.status import Estimator, StageState
 
 SPEC = {
     "name": "loop",
@@ -119,6 +122,34 @@ def trained(fedhet: CliRunner, tmp_path_factory: pytest.TempPathFactory) -> tupl
 def as_json(result) -> list[dict]:
     assert result.rc == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def test_a_run_stopped_for_a_while_does_not_move_the_estimate(trained: tuple[Path, Path]):
+    """A run whose process was stopped (SIGSTOP, a suspended machine) stores a long wall time;
+    the estimate is the median of its shape's stored runs, which one such run leaves."""
+    spec, store = trained
+    infos = [i for i in ArtifactStore(store).ls() if i.stage == "partition" or _is(i, "fedavg")]
+    stored_train = [i for i in infos if i.stage == "train"]
+    stopped = replace(stored_train[0], key="0" * 64, attrs={**stored_train[0].attrs})
+    stopped.attrs["wall_time_s"] = 1000 * stopped.attrs["wall_time_s"]
+
+    class Store:
+        def ls(self) -> list[ArtifactInfo]:
+            return [*infos, stopped]
+
+    (run,) = [r for r in runs_of(load_spec(spec)) if r.spec.seed == 2 and _is_run(r, "fedavg")]
+    missing = StageState(run.node, "missing", None, run.spec.federation.rounds)
+    per_run = sorted(i.attrs["wall_time_s"] for i in [*stored_train, stopped])
+    assert Estimator(Store()).seconds_left(missing) == pytest.approx(per_run[1])
+    assert Estimator(Store()).seconds_left(missing) < per_run[2] / 100
+
+
+def _is(info: ArtifactInfo, algorithm: str) -> bool:
+    return info.stage == "train" and info.attrs["config"]["algorithm"]["name"] == algorithm
+
+
+def _is_run(run, algorithm: str) -> bool:
+    return run.spec.algorithm.name == algorithm
 
 
 def test_plan_shows_stored_partial_and_missing_stages_once(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,7 +114,8 @@ def node_shape(node: StageNode) -> str:
 
 class Estimator:
     """Seconds a stage still needs, from the stored artifacts of the same stage and shape: their
-    seconds per round times the rounds left, or their whole wall time for stages without rounds."""
+    median seconds per round times the rounds left, or their median wall time for stages without
+    rounds (a median, so that one run whose process was stopped for a while leaves it)."""
 
     def __init__(self, store: ArtifactStore):
         by_key = {info.key: info for info in store.ls()}
@@ -141,7 +143,7 @@ class Estimator:
         samples = self._per_shape.get(node_shape(state.node))
         if not samples:
             return None
-        per_unit = sum(samples) / len(samples)
+        per_unit = statistics.median(samples)
         if state.total is None:
             return per_unit
         return per_unit * (state.total - (state.done or 0))
