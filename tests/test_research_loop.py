@@ -141,7 +141,6 @@ def test_a_run_stopped_for_a_while_does_not_move_the_estimate(trained: tuple[Pat
     missing = StageState(run.node, "missing", None, run.spec.federation.rounds)
     per_run = sorted(i.attrs["wall_time_s"] for i in [*stored_train, stopped])
     assert Estimator(Store()).seconds_left(missing) == pytest.approx(per_run[1])
-    assert Estimator(Store()).seconds_left(missing) < per_run[2] / 100
 
 
 def _is(info: ArtifactInfo, algorithm: str) -> bool:

@@ -207,6 +207,21 @@ def test_a_rerun_removes_the_lock_a_writer_killed_after_publishing_left(fedhet, 
         assert not dead_lock.exists() and live_lock.exists()
 
 
+def test_a_dead_writers_lock_in_a_store_it_cannot_write_stays(tmp_path, monkeypatch):
+    """A reader of a store it may not write reuses its artifacts; the lock stays for its owner."""
+    key = "a" * 64
+    lock = tmp_path / "train" / f"{key}.lock"
+    lock.parent.mkdir()
+    lock.write_text("{}")
+
+    def refused(path: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(lockfile, "try_acquire", refused)
+    ArtifactStore(tmp_path).drop_stale_lock("train", key)
+    assert lock.exists()
+
+
 def test_a_silent_remote_owners_lock_goes_stale(tmp_path, monkeypatch):
     monkeypatch.setenv(lockfile.STALE_ENV, "0.5")
     path = tmp_path / "k.lock"

@@ -199,8 +199,11 @@ class ArtifactStore:
         """Remove the lock a dead writer left on a stored artifact (killed between publishing
         it and unlocking); a live owner's lock stays."""
         path = self._lock_path(stage, key)
-        if path.exists() and (lease := lockfile.try_acquire(path)) is not None:
-            lease.release()
+        try:
+            if path.exists() and (lease := lockfile.try_acquire(path)) is not None:
+                lease.release()
+        except OSError:  # a store this user may read but not write: its reader leaves it
+            pass
 
     def holder(self, stage: str, key: str) -> lockfile.Owner | None:
         """The live owner of the key's lock, if any."""
