@@ -8,10 +8,11 @@ BIN := $(VENV)/bin
 REPRO_SPECS := specs/quickstart.yaml specs/tct_fmnist.yaml specs/vhl_fmnist.yaml specs/vhl_fmnist_official.yaml specs/vhl_fmnist_official_long.yaml specs/vhl_fmnist_feddf.yaml specs/vhl_fmnist_feddf_epochs_real.yaml specs/vhl_fmnist_gn.yaml specs/vhl_fmnist_standardized.yaml specs/fedimpro_fmnist.yaml specs/fedimpro_fmnist_long.yaml specs/fedimpro_fmnist_long_500.yaml specs/fedimpro_fmnist_weight.yaml specs/fedbr_fmnist.yaml specs/fedbr_fmnist_long.yaml specs/fedbr_fmnist_skew.yaml specs/fedbr_fmnist_skew_480.yaml specs/fedbr_fmnist_skew_momentum.yaml specs/fedtan_fmnist.yaml specs/fedtan_fmnist_gn.yaml specs/fedtan_fmnist_client_test.yaml specs/all_methods_fmnist.yaml specs/tct_fmnist_paper.yaml specs/fednova_fmnist.yaml specs/synthetic.yaml
 REPORTS := $(patsubst specs/%.yaml,report-%,$(REPRO_SPECS))
 # Reproductions whose methods' hyperparameters `fedhet tune` selects first (reports/NAME_tuned.md)
-TUNED_SPECS := specs/tct_fmnist_table3.yaml specs/fedbr_fmnist_table1.yaml
+TUNED_SPECS := specs/tct_fmnist_table3.yaml specs/fedbr_fmnist_table1.yaml specs/fedbr_fmnist_table1_momentum.yaml
 TUNED_REPORTS := $(patsubst specs/%.yaml,report-tuned-%,$(TUNED_SPECS))
 # the row a report pairs the others with, where it is not the spec's first algorithm
 BASELINE_fedbr_fmnist_table1 := FedAvg (momentum=0.9)
+BASELINE_fedbr_fmnist_table1_momentum := FedAvg (momentum=0.9)
 # a second report of the same runs, NAME_vs_SLUG_tuned.md, paired with another row: a paper's
 # ordering among its methods (TCT > FedDyn > FedAdam)
 SECOND_BASELINE_tct_fmnist_table3 := FedDyn

@@ -98,7 +98,7 @@ class PythonVoice(Voice):
         return f"call `{self.call}.tune()` first"
 
     def train_tuned(self) -> str:
-        return "compute them with report(tuned=True, train=True)"
+        return f"compute them with `{self.call}.report(tuned=True, train=True)`"
 
     def recompute(self, key: str, cascade: bool, command: Recomputer) -> str:
         store = "" if self.store is None else repr(str(self.store))

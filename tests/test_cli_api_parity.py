@@ -137,7 +137,7 @@ REFUSALS = {
     "how to store a tune": (
         ["report", "--tuned"],
         lambda e: e.report(tuned=True),
-        "; run `fedhet tune two.yaml seed=5` first",
+        "; run `fedhet tune two.yaml seed=5 --store {store}` first",
         f"; call `{CALL}.tune()` first",
     ),
     "an unwritable TensorBoard folder": (
@@ -170,6 +170,24 @@ def test_each_refuses_in_its_own_words(
     assert python.format(store=store) in message
     assert "--" not in message and "`fedhet " not in message  # no option, no command
     assert not store.exists()  # a refusal computes nothing
+
+
+def test_tuned_runs_not_stored_are_refused_with_the_call_that_computes_them(
+    fedhet: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    write_spec(tmp_path / "two.yaml", TWO_ALGORITHMS)
+    store = tmp_path / "store"
+    assert fedhet("tune", "two.yaml", "seed=5", "--store", store, cwd=tmp_path).rc == 0
+    result = fedhet("report", "two.yaml", "seed=5", "--tuned", "--store", store, cwd=tmp_path)
+    assert result.rc == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.rstrip().endswith(
+        f"compute them with `fedhet report two.yaml seed=5 --tuned --train --store {store}`"
+    )
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as refused:
+        load("two.yaml", "seed=5", store=store).report(tuned=True)
+    call = CALL.format(store=store)
+    assert str(refused.value).endswith(f"compute them with `{call}.report(tuned=True, train=True)`")
 
 
 def test_an_unwritable_store_is_named_in_each_ones_words(

@@ -144,10 +144,10 @@ class CommandLine(CommandLineOptions):
         return f"run `{self._command('train', *self._store_option())}` first or pass --train"
 
     def tune_first(self) -> str:
-        return f"run `{self._command('tune')}` first"
+        return f"run `{self._command('tune', *self._store_option())}` first"
 
     def train_tuned(self) -> str:
-        return f"compute them with `{self._command('report', '--tuned', '--train')}`"
+        return f"compute them with `{self._command('report', '--tuned', '--train', *self._store_option())}`"
 
     def recompute(self, key: str, cascade: bool, command: Recomputer) -> str:
         store = self._store_option()
