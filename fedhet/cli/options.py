@@ -147,7 +147,8 @@ class CommandLine(CommandLineOptions):
         return f"run `{self._command('tune', *self._store_option())}` first"
 
     def train_tuned(self) -> str:
-        return f"compute them with `{self._command('report', '--tuned', '--train', *self._store_option())}`"
+        command = self._command("report", "--tuned", "--train", *self._store_option())
+        return f"compute them with `{command}`"
 
     def recompute(self, key: str, cascade: bool, command: Recomputer) -> str:
         store = self._store_option()
