@@ -202,9 +202,9 @@ class Session(SpecSession):
         if self.spec.eval.client_test is not None:
             metrics += personalized.paired_metrics()
         minimum = _fraction(floor, comparison.FLOOR_POINTS)
-        early = plateau.not_levelled(cells, reference)
+        early = plateau.early_pairs(cells, reference)
         return [
-            _paired_row(metric, row, reference, row.setting in early)
+            _paired_row(metric, row, reference, (row.algorithm, row.setting) in early)
             for metric in metrics
             for row in comparison.compared(cells, reference, metric, minimum)
         ]
@@ -339,8 +339,8 @@ def _fraction(points: float | None, default: float) -> float:
 
 def _paired_row(metric: Any, row: Any, reference: str, early: bool) -> dict[str, Any]:
     """A paired comparison (fedhet.reports.comparison) as a row, its differences in the
-    metric's unit; `early`: the reference's curve has not levelled off in the row's setting,
-    so the verdict is early training's (the report's " (early training)" mark)."""
+    metric's unit; `early`: the row's curve or the reference's has not levelled off in the
+    row's setting, so the verdict is early training's (the report's " (early training)" mark)."""
     from fedhet.reports.comparison import in_unit
 
     c = row.comparison

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from fedhet.reports.plateau import plateau_section, quarters, rise, verdict
+from fedhet.reports.plateau import early_pairs, plateau_section, quarters, rise, verdict
 
 
 def curve(rounds: int, every: int, level) -> list[float]:
@@ -89,3 +89,16 @@ def test_a_group_whose_every_run_diverged_says_so():
 def table_rows(section: str) -> list[list[str]]:
     lines = [line for line in section.splitlines() if line.startswith("| ")][1:]
     return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+
+
+def test_a_verdict_is_early_training_where_either_curve_of_its_pair_still_moves():
+    flat = [row(s, curve(40, 2, lambda r, s=s: 0.8 + s / 1000)) for s in range(3)]
+    rising = [row(s, curve(40, 2, lambda r, s=s: r / 100 + s / 1000)) for s in range(3)]
+    cells = {
+        ("fedavg", "iid"): flat,
+        ("flat", "iid"): flat,
+        ("late", "iid"): rising,  # the reference has levelled off; this one has not
+        ("fedavg", "skew"): rising,
+        ("flat", "skew"): flat,
+    }
+    assert early_pairs(cells, "fedavg") == {("late", "iid"), ("flat", "skew")}

@@ -132,7 +132,7 @@ class PairedRow:
     rounds: str = ""  # which rounds a per-round metric was taken over
 
 
-EARLY = " (early training)"  # a verdict's mark where the reference's curve still rises
+EARLY = " (early training)"  # a verdict's mark where either curve compared still moves
 
 
 def compared(
@@ -201,7 +201,7 @@ def in_unit(difference: float, unit: str) -> float:
     return units.percent(difference) if unit == units.POINTS else difference
 
 
-def paired_table(rows: list[PairedRow], unit: str, early: Collection[str] = ()) -> str:
+def paired_table(rows: list[PairedRow], unit: str, early: Collection[tuple[str, str]] = ()) -> str:
     def signed(value: float) -> str:
         return f"{in_unit(value, unit):+.2f}" if unit == units.POINTS else f"{value:+.1f}"
 
@@ -217,7 +217,7 @@ def paired_table(rows: list[PairedRow], unit: str, early: Collection[str] = ()) 
         interval = "-" if c.low is None else f"[{signed(c.low)}, {signed(c.high)}]"
         lines.append(
             f"| {row.algorithm} | {row.setting} | {c.n} | {mean} | {interval} | {c.ahead}/{c.n} "
-            f"| {c.verdict}{EARLY if row.setting in early else ''} "
+            f"| {c.verdict}{EARLY if (row.algorithm, row.setting) in early else ''} "
             f"| {_left_out(row.pairing.left_out)} |" + (f" {row.rounds} |" if with_rounds else "")
         )
     return "\n".join(lines)
@@ -232,10 +232,10 @@ def paired_section(
     reference: str,
     target: float | None,
     floor: float = FLOOR_ACCURACY,
-    early: Collection[str] = (),
+    early: Collection[tuple[str, str]] = (),
 ) -> str:
-    """One paired table per metric, or a line saying there is nothing to compare; a verdict in
-    a setting of `early` (the reference's curve still rising there) is marked early training."""
+    """One paired table per metric, or a line saying there is nothing to compare; a verdict of
+    an (algorithm, setting) pair in `early` (plateau.early_pairs) is marked early training."""
     points = units.percent(floor)
     intro = (
         f"## Paired differences against {reference}\n\nIn each setting, every other algorithm "
@@ -250,8 +250,9 @@ def paired_section(
         "whose run (algorithm, reference or both) has no value and why: a diverged run has none "
         "for the final accuracy and the two means, a run that never reached the target none "
         "for the rounds to it; unmatched: a seed only one of the two has. A verdict reads "
-        f"(early training) where {reference}'s curve has not levelled off in that setting (see "
-        "Has each curve levelled off?), so the budget stopped before the plateau.\n\n"
+        f"(early training) where the algorithm's curve or {reference}'s has not levelled off in "
+        "that setting (see Has each curve levelled off?): the budget stopped before the plateau "
+        "of the pair, so the difference may still change.\n\n"
     )
     tables = []
     rows = [r for group in cells.values() for r in group]

@@ -78,12 +78,12 @@ def section(
     floor: float,
     summary: Callable[[list[float]], str],
     figure: Path,
-    early: Collection[str] = (),
+    early: Collection[tuple[str, str]] = (),
 ) -> str:
     """The section's markdown: a table per setting (each cell `summary` of the runs' values,
     over seeds), the paired tables against `reference` (`floor`: the smallest difference, as a
-    fraction, a verdict calls a gain; a verdict in a setting of `early` marked early training,
-    as the report's) and the figure, written as `figure` in every format."""
+    fraction, a verdict calls a gain; a verdict of a pair in `early` marked early training, as
+    the report's) and the figure, written as `figure` in every format."""
     settings = list(dict.fromkeys(setting for _, setting in cells))
     tables = [f"### {setting}\n\n" + _table(cells, setting, summary) for setting in settings]
     paired = [

@@ -44,13 +44,17 @@ def verdict(mean_rise: float) -> str:
     return "still rising" if mean_rise > 0 else "falling"
 
 
-def not_levelled(cells: Mapping[tuple[str, str], list[dict]], reference: str) -> set[str]:
-    """The settings where `reference`'s curve has not levelled off: its verdicts there read
-    as early training's, not the plateau's."""
+def early_pairs(
+    cells: Mapping[tuple[str, str], list[dict]], reference: str
+) -> set[tuple[str, str]]:
+    """The (algorithm, setting) pairs whose verdict against `reference` reads as early
+    training's, not the plateau's: either curve of the pair has not levelled off there (the
+    difference of two curves settles only when both have)."""
+    moving = {key for key, group in cells.items() if _group_cells(group)[-1] != "levelled off"}
     return {
-        setting
-        for (algorithm, setting), group in cells.items()
-        if algorithm == reference and _group_cells(group)[-1] != "levelled off"
+        (algorithm, setting)
+        for algorithm, setting in cells
+        if algorithm != reference and {(algorithm, setting), (reference, setting)} & moving
     }
 
 

@@ -69,20 +69,22 @@ class Report:
             f"{metric!r}"
         )
 
-    def budget_note(self, setting: str) -> str:
+    def budget_note(self, setting: str, algorithm: str | None = None) -> str:
         """Why a verdict in `setting` is not the plateau's: "early training" when the baseline's
-        curve is still rising (or falling) there, "plateau not tested" when the report has no
-        such section; empty when it has levelled off."""
+        curve (or `algorithm`'s, the other of the pair) is still rising or falling there,
+        "plateau not tested" when the report has no such section or row; empty when both have
+        levelled off."""
         plateau = next((rows for h, rows in self.tables.items() if h.endswith(PLATEAU + "?")), [])
         if not plateau or self.baseline is None:
             return "plateau not tested"
         header, *rows = plateau
-        baseline = named_label(self.baseline, [row[0] for row in rows]) or self.baseline
+        labels = [row[0] for row in rows]
         verdicts = {tuple(row[:2]): dict(zip(header, row, strict=False))["verdict"] for row in rows}
-        found = verdicts.get((baseline, setting))
-        if found is None:
-            return "plateau not tested"
-        return "" if found == PLATEAU else "early training"
+        curves = [self.baseline] if algorithm is None else [self.baseline, algorithm]
+        found = {verdicts.get((named_label(c, labels) or c, setting)) for c in curves}
+        if found - {PLATEAU, None}:
+            return "early training"
+        return "plateau not tested" if None in found else ""
 
 
 def read_report(path: Path) -> Report:
@@ -194,13 +196,16 @@ def paired_block(report: Report, entry: dict[str, Any]) -> str:
     algorithms = entry.get("algorithms") or list(dict.fromkeys(row[0] for row in rows))
     settings = list(dict.fromkeys(row[1] for row in rows))
     names = entry.get("names", {})
-    out = [["method", *[_noted(names.get(s, s), report.budget_note(s)) for s in settings]]]
+    columns = {s: report.budget_note(s) for s in settings}  # the baseline's curve alone
+    out = [["method", *[_noted(names.get(s, s), columns[s]) for s in settings]]]
     for algorithm in algorithms:
         cells = []
         for setting in settings:
             mean, interval, _, decided = _paired_text(
                 report.paired(algorithm, setting, entry.get("metric", BEST))
             )
+            if not columns[setting]:  # the column does not say it: the method's own curve
+                decided = _noted(decided, report.budget_note(setting, algorithm))
             cells.append(f"{mean} {interval} {decided}")
         out.append([names.get(algorithm, algorithm), *cells])
     return _markdown(out) + "\n\n" + _source([report])
@@ -216,7 +221,7 @@ def claims_block(reports: dict[str, Report], entry: dict[str, Any]) -> str:
         cells = report.paired(claim["algorithm"], claim["setting"], claim.get("metric", BEST))
         mean, interval, ahead, decided = _paired_text(cells, claim.get("flip", False))
         label = f"{claim['claim']} (`{report.name}`, {claim.get('label', claim['setting'])})"
-        decided = _noted(decided, report.budget_note(claim["setting"]))
+        decided = _noted(decided, report.budget_note(claim["setting"], claim["algorithm"]))
         out.append([label, claim.get("paper", "-"), mean, interval, ahead, decided])
     return _markdown(out) + "\n\n" + _source(list(dict.fromkeys(used)))
 

@@ -31,7 +31,7 @@ from fedhet.reports.collection import collect, environments, with_final_scores
 from fedhet.reports.comparison import FLOOR_ACCURACY, paired_section
 from fedhet.reports.distillation import distillation_section
 from fedhet.reports.heterogeneity import heterogeneity_section
-from fedhet.reports.plateau import not_levelled, plateau_section
+from fedhet.reports.plateau import early_pairs, plateau_section
 from fedhet.reports.tables import (
     cells,
     cost_table,
@@ -199,7 +199,7 @@ def write_report(
         "the seeds that reached it (k/n: k of the cell's n seeds did).\n\n"
         + markdown_table(rows, "rounds_to_reference", rounds_cell)
     )
-    early = not_levelled(cells(rows), reference)
+    early = early_pairs(cells(rows), reference)
     sections.append(paired_section(cells(rows), reference, target, floor, early))
     sections.append(plateau_section(cells(rows), reference))
     sections += filter(None, [distillation_section(cells(rows), floor)])
