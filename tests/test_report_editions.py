@@ -1,0 +1,88 @@
+"""Which committed reports are of today's edition (issue 44): a figure in PNG, SVG and PDF, a
+plateau section for every curve, and early-training marks that follow that section's rule (a
+verdict is the plateau's only when both curves it compares have levelled off). The reports
+still awaiting regeneration are listed by name; the lists only shrink: a report regenerated
+without its name leaving the list fails here too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedhet.reports.comparison import EARLY
+from fedhet.reports.readme import read_report
+
+REPORTS = Path(__file__).resolve().parents[1] / "reports"
+PLATEAU = "## Has each curve levelled off?"
+
+OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated from the store next
+    "fedbr_fmnist",
+    "fedbr_fmnist_long",
+    "fedbr_fmnist_skew",
+    "fedbr_fmnist_skew_480",
+    "fedbr_fmnist_table1_tuned",
+    "fedimpro_fmnist_long",
+    "fedimpro_fmnist_long_500",
+    "fedtan_fmnist",
+    "fedtan_fmnist_client_test",
+    "tct_fmnist_paper",
+    "vhl_fmnist",
+    "vhl_fmnist_feddf",
+    "vhl_fmnist_gn",
+    "vhl_fmnist_standardized",
+}
+OLD_MARKS = OLD_FIGURES | {  # marked by the baseline's curve alone (before 2ea6b40)
+    "all_methods_fmnist",
+    "fedbr_fmnist_skew_momentum",
+    "fedimpro_fmnist_weight",
+    "fednova_fmnist",
+    "quickstart",
+    "synthetic",
+    "tct_fmnist",
+    "tct_fmnist_table3_vs_feddyn_tuned",
+    "vhl_fmnist_official_long",
+}
+NAMES = sorted(p.stem for p in REPORTS.glob("*.md"))
+
+
+def is_new_figure(name: str) -> bool:
+    formats = all((REPORTS / f"{name}.{suffix}").is_file() for suffix in ("png", "svg", "pdf"))
+    return formats and PLATEAU in (REPORTS / f"{name}.md").read_text()
+
+
+def marks_follow_the_plateau(name: str) -> bool:
+    """Every paired verdict carries the early-training mark exactly where one of its two curves
+    has not levelled off by the report's own plateau table."""
+    report = read_report(REPORTS / f"{name}.md")
+    for rows in report.tables.values():
+        header, *body = rows
+        if header[:3] != ["algorithm", "setting", "pairs"]:
+            continue
+        for row in body:
+            cells = dict(zip(header, row, strict=False))
+            marked = cells["verdict"].endswith(EARLY)
+            if marked != (report.budget_note(row[1], row[0]) == "early training"):
+                return False
+    return True
+
+
+def test_the_lists_name_committed_reports():
+    assert OLD_MARKS <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if (REPORTS / f"{n}.png").is_file()])
+def test_a_figure_is_of_todays_edition_unless_listed(name):
+    assert is_new_figure(name) != (name in OLD_FIGURES), (
+        f"reports/{name}: {'still old' if name in OLD_FIGURES else 'listed as old'}; "
+        "regenerate it or update OLD_FIGURES"
+    )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_early_training_marks_follow_the_plateau_unless_listed(name):
+    if name in OLD_FIGURES:
+        pytest.skip("no plateau section over every curve yet")
+    assert marks_follow_the_plateau(name) != (name in OLD_MARKS), (
+        f"reports/{name}: update OLD_MARKS"
+    )
