@@ -347,3 +347,17 @@ def test_long_setting_titles_fold_instead_of_running_into_each_other():
     left, right = (ax.title.get_window_extent(renderer) for ax in fig.axes[:2])
     assert not left.overlaps(right)
     assert [ax.get_title().replace("\n", " ") for ax in fig.axes[:2]] == settings
+
+
+def test_a_method_drawn_without_a_divergence_curve_is_named_in_the_caption():
+    from fedhet.reports.report import without_divergence
+
+    rows = [
+        {"algorithm": "FedAvg", "undefined": frozenset()},
+        {"algorithm": "Centralized", "undefined": frozenset({"divergence"})},
+        {"algorithm": "Centralized", "undefined": frozenset({"divergence"})},
+        {"algorithm": "Local", "undefined": frozenset({"divergence"})},
+    ]
+    (line,) = without_divergence(rows)
+    assert line.startswith("No weight divergence for Centralized, Local:")
+    assert without_divergence(rows[:1]) == []

@@ -143,6 +143,14 @@ def stage_boundaries(rows: list[dict]) -> dict[str, list[int]]:
 DEFAULT_FOLDER = Path("report")
 
 
+def without_divergence(rows: list[dict]) -> list[str]:
+    """The caption line naming the algorithms drawn without a weight-divergence curve."""
+    labels = list(dict.fromkeys(r["algorithm"] for r in rows if "divergence" in r["undefined"]))
+    if not labels:
+        return []
+    return [f"No weight divergence for {', '.join(labels)}: no client models around a global one."]
+
+
 def write_report(
     spec: Spec,
     runs: list[Run],
@@ -163,7 +171,8 @@ def write_report(
     rows = collect(runs, store, console, train)
     md, png = out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.png"
     panels = {label: seed_curves(rows, m) for m, label in CURVES.items()}
-    metric_curves(panels, png, spec.name, stage_boundaries(rows), FORMATS, PERCENT_CURVES, CAPTIONS)
+    captions = (*CAPTIONS, *without_divergence(rows))
+    metric_curves(panels, png, spec.name, stage_boundaries(rows), FORMATS, PERCENT_CURVES, captions)
     header = (
         f"# {spec.name}\n\n{spec.description.strip()}\n\n"
         "Best test accuracy (the papers' metric), in %: mean ± standard deviation over seeds "
