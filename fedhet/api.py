@@ -187,9 +187,9 @@ class Experiment(Session):
         `baseline` (default the matrix's first algorithm), in the metric's `unit`: "points"
         (percentage points) for accuracies, "rounds" for rounds to a target. `floor` is the
         smallest difference in accuracy, in points as `fedhet report --floor`, a verdict calls
-        a gain (default 0.5). `early_training` is True where the baseline's curve has not
-        levelled off (the report's plateau test): the verdict there is early training's, which
-        the report marks "(early training)"."""
+        a gain (default 0.5). `early_training` is True where the method's curve or the
+        baseline's has not levelled off (the report's plateau test): the verdict there is early
+        training's, which the report marks "(early training)"."""
         import pandas as pd
 
         return pd.DataFrame(self.paired_rows(baseline, train, floor))

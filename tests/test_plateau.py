@@ -102,3 +102,12 @@ def test_a_verdict_is_early_training_where_either_curve_of_its_pair_still_moves(
         ("flat", "skew"): flat,
     }
     assert early_pairs(cells, "fedavg") == {("late", "iid"), ("flat", "skew")}
+
+
+def test_a_curve_not_judged_marks_no_pair_but_one_round_is_early():
+    flat = [row(s, curve(40, 2, lambda r, s=s: 0.8 + s / 1000)) for s in range(3)]
+    broken = [row(s, [0.1, 0.2], diverged=3) for s in range(3)]
+    cells = {("fedavg", "s"): flat, ("broken", "s"): broken}
+    assert early_pairs(cells, "fedavg") == set()  # every run diverged: not early training
+    single = {("fedavg", "s"): [row(0, [0.5])], ("other", "s"): [row(0, [0.6])]}
+    assert early_pairs(single, "fedavg") == {("other", "s")}

@@ -32,7 +32,7 @@ OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated fr
     "vhl_fmnist_gn",
     "vhl_fmnist_standardized",
 }
-OLD_MARKS = OLD_FIGURES | {  # marked by the baseline's curve alone (before 2ea6b40)
+OLD_MARKS = OLD_FIGURES | {  # marked before 2ea6b40 (the baseline's curve alone, or no marks)
     "all_methods_fmnist",
     "fedbr_fmnist_skew_momentum",
     "fedimpro_fmnist_weight",

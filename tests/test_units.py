@@ -160,7 +160,7 @@ def test_a_floor_in_points_gives_the_same_verdict_from_python_and_the_command_li
         assert fedhet("report", spec, "--floor", floor, "--out", out, store=store).rc == 0
         text = (out / "units.md").read_text()
         table = markdown_tables(text.split(f"### {row.metric}\n")[1].splitlines())[0]
-        # where the reference's curve still rises the report marks the verdict, and
+        # where either curve of the pair still moves the report marks the verdict, and
         # compare() says so in its early_training column
         mark = " (early training)" if row.early_training else ""
         assert table[2][6] == verdict + mark

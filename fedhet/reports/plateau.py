@@ -44,17 +44,24 @@ def verdict(mean_rise: float) -> str:
     return "still rising" if mean_rise > 0 else "falling"
 
 
+def moving(verdict: str) -> bool:
+    """Whether a curve's verdict says its budget stopped before the plateau: still rising or
+    falling, or too few rounds to tell. A curve whose every run diverged, or without an
+    evaluation in a window, is not judged either way."""
+    return verdict in ("still rising", "falling") or verdict.startswith("too few rounds")
+
+
 def early_pairs(
     cells: Mapping[tuple[str, str], list[dict]], reference: str
 ) -> set[tuple[str, str]]:
     """The (algorithm, setting) pairs whose verdict against `reference` reads as early
-    training's, not the plateau's: either curve of the pair has not levelled off there (the
-    difference of two curves settles only when both have)."""
-    moving = {key for key, group in cells.items() if _group_cells(group)[-1] != "levelled off"}
+    training's, not the plateau's: either curve of the pair is still moving there (the
+    difference of two curves settles only when both have levelled off)."""
+    moving_curves = {key for key, group in cells.items() if moving(_group_cells(group)[-1])}
     return {
         (algorithm, setting)
         for algorithm, setting in cells
-        if algorithm != reference and {(algorithm, setting), (reference, setting)} & moving
+        if algorithm != reference and {(algorithm, setting), (reference, setting)} & moving_curves
     }
 
 

@@ -13,11 +13,12 @@ A block is one of:
   figure as text;
 - `cells`: rows of literal text and cells of reports' main tables (an algorithm in one or more
   settings, joined by " / ").
-Every verdict of a `claims` block, and every setting's column of a `paired` block, says where
-the baseline's curve stands (the report's "Has ... levelled off?" section, the baseline in that
-setting): nothing when it has levelled off, else "early training" (or "plateau not tested" for
-a report without the section), so no verdict reads as the plateau's when the budget stopped
-before it.
+Every verdict of a `claims` block says where the two curves it compares stand (the report's
+"Has ... levelled off?" section, in that setting): nothing when both have levelled off, else
+"early training" (or "plateau not tested" for a report without the section or the rows); a
+`paired` block says it of the baseline in each setting's column, and of a method in its cell
+where the column does not already say early training; so no verdict reads as the plateau's when
+the budget stopped before it.
 Every block ends with the line naming the reports it came from, grouped by the machine their
 runs were computed on (torch, threads, CPU instruction set where recorded, platform); each
 report's header names the commits. Verdicts are
@@ -38,10 +39,12 @@ import yaml
 from fedhet.core.errors import InputError
 from fedhet.execution.labels import named_label
 from fedhet.reports.comparison import EARLY, FLOOR_POINTS
+from fedhet.reports.plateau import moving
 
 BEST = "Best test accuracy"
 PAIRED_AGAINST = "Paired differences against "
 PLATEAU = "levelled off"
+EARLY_NOTE = "early training"
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,9 +85,9 @@ class Report:
         verdicts = {tuple(row[:2]): dict(zip(header, row, strict=False))["verdict"] for row in rows}
         curves = [self.baseline] if algorithm is None else [self.baseline, algorithm]
         found = {verdicts.get((named_label(c, labels) or c, setting)) for c in curves}
-        if found - {PLATEAU, None}:
-            return "early training"
-        return "plateau not tested" if None in found else ""
+        if any(moving(verdict) for verdict in found - {None}):
+            return EARLY_NOTE
+        return "" if found == {PLATEAU} else "plateau not tested"
 
 
 def read_report(path: Path) -> Report:
@@ -204,7 +207,7 @@ def paired_block(report: Report, entry: dict[str, Any]) -> str:
             mean, interval, _, decided = _paired_text(
                 report.paired(algorithm, setting, entry.get("metric", BEST))
             )
-            if not columns[setting]:  # the column does not say it: the method's own curve
+            if columns[setting] != EARLY_NOTE:  # the column does not say it: the method's curve
                 decided = _noted(decided, report.budget_note(setting, algorithm))
             cells.append(f"{mean} {interval} {decided}")
         out.append([names.get(algorithm, algorithm), *cells])
