@@ -17,7 +17,6 @@ REPORTS = Path(__file__).resolve().parents[1] / "reports"
 PLATEAU = "## Has each curve levelled off?"
 
 OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated from the store next
-    "fedbr_fmnist",
     "fedbr_fmnist_long",
     "fedbr_fmnist_skew",
     "fedbr_fmnist_skew_480",
@@ -29,19 +28,11 @@ OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated fr
     "tct_fmnist_paper",
     "vhl_fmnist",
     "vhl_fmnist_feddf",
-    "vhl_fmnist_gn",
-    "vhl_fmnist_standardized",
 }
 OLD_MARKS = OLD_FIGURES | {  # marked before 2ea6b40 (the baseline's curve alone, or no marks)
     "all_methods_fmnist",
-    "fedbr_fmnist_skew_momentum",
-    "fedimpro_fmnist_weight",
-    "fednova_fmnist",
     "quickstart",
-    "synthetic",
-    "tct_fmnist",
     "tct_fmnist_table3_vs_feddyn_tuned",
-    "vhl_fmnist_official_long",
 }
 NAMES = sorted(p.stem for p in REPORTS.glob("*.md"))
 
