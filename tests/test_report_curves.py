@@ -6,7 +6,7 @@ import numpy as np
 
 from fedhet.core.spec import parse_spec
 from fedhet.reports.report import seed_curves, stage_boundaries
-from fedhet.reports.tables import after_warm_up, cost_table
+from fedhet.reports.tables import after_warm_up, cost_table, uneven_round_times
 
 
 def _row(algorithm: str, spec: dict, divergence: list[float]) -> dict:
@@ -52,3 +52,14 @@ def test_the_cost_per_round_leaves_out_each_runs_first_round():
     cells = {line.split(" | ")[0][2:]: line.split(" | ")[3:5] for line in table[2:]}
     assert cells == {"fedavg": ["0.500", "1.00"], "fedprox": ["1.000", "2.00"]}
     assert list(after_warm_up(np.array([2.0]))) == [2.0]  # one round: all there is
+
+
+def test_runs_of_one_configuration_far_apart_in_time_are_flagged():
+    """fedbr_fmnist_skew_momentum's FedAvg runs took 1.05 to 8.34 s a round (median per run):
+    the same work under another load; seeds 10% apart are the ordinary spread."""
+    even = [_timed("fedavg", [3.0, 1.0, 1.1, 1.0]), _timed("fedavg", [3.0, 1.1, 1.1, 1.05])]
+    assert uneven_round_times(even) == ""
+    loaded = [*even, _timed("fedprox", [0.6, 1.0, 1.0]), _timed("fedprox", [0.6, 8.3, 8.4])]
+    line = uneven_round_times(loaded)
+    assert line.startswith("Caution: in 1 of 2 groups")
+    assert "(the most: fedprox, s, 1.00 to 8.35 s)" in line

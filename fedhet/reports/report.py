@@ -42,6 +42,7 @@ from fedhet.reports.tables import (
     percent_cell,
     rounds_cell,
     stage_table,
+    uneven_round_times,
 )
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
@@ -226,7 +227,8 @@ def write_report(
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds "
         "and leaves out each run's first round (it holds one-off warm-up: imports, first "
         "allocations), and x first is it relative to the setting's first algorithm; a round "
-        "trip is one server-client exchange.\n\n" + cost_table(rows),
+        "trip is one server-client exchange.\n\n"
+        + "\n\n".join(filter(None, [uneven_round_times(rows), cost_table(rows)])),
         "## Seconds per stage\n\nMean over seeds of the time each stored stage took to compute "
         "(a resumed stage: its last attempt; a stage shared by several runs counts in each).\n\n"
         + stage_table(rows),

@@ -112,6 +112,31 @@ def cost_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+LOAD_SPREAD = 2.0  # runs of one configuration whose round times differ more: the load changed
+
+
+def uneven_round_times(rows: list[dict]) -> str:
+    """A sentence when, in some group, one run's median round time is over LOAD_SPREAD times
+    another's: runs of one configuration do the same work, so the machine's load (or a pause)
+    changed while they ran, and their times do not measure the method's cost; "" otherwise."""
+    spreads = {}
+    for label, group in cells(rows).items():
+        medians = [float(np.nanmedian(after_warm_up(r["metrics"]["wall_time"]))) for r in group]
+        medians = [m for m in medians if m > 0]
+        if len(medians) > 1 and max(medians) > LOAD_SPREAD * min(medians):
+            spreads[label] = min(medians), max(medians)
+    if not spreads:
+        return ""
+    (algo, setting), (low, high) = max(spreads.items(), key=lambda kv: kv[1][1] / kv[1][0])
+    return (
+        f"Caution: in {len(spreads)} of {len(cells(rows))} groups one run's median round time "
+        f"is over {LOAD_SPREAD:g} times another's (the most: {algo}, {setting}, {low:.2f} to "
+        f"{high:.2f} s): runs of one configuration do the same work, so the machine's load "
+        "changed while they ran, and these times, the x first ratios and the seconds per stage "
+        "below do not measure the methods' cost."
+    )
+
+
 def after_warm_up(seconds: np.ndarray) -> np.ndarray:
     """A run's round times less its first round, which holds one-off work (the process's
     imports and first allocations: 2.3 s against 0.1 s a round for quickstart's first run);
