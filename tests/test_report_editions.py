@@ -30,9 +30,7 @@ OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated fr
     "vhl_fmnist_feddf",
 }
 OLD_MARKS = OLD_FIGURES | {  # marked before 2ea6b40 (the baseline's curve alone, or no marks)
-    "all_methods_fmnist",
     "quickstart",
-    "tct_fmnist_table3_vs_feddyn_tuned",
 }
 NAMES = sorted(p.stem for p in REPORTS.glob("*.md"))
 
