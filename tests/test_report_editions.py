@@ -23,8 +23,6 @@ OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated fr
     "fedbr_fmnist_table1_tuned",
     "fedimpro_fmnist_long",
     "fedimpro_fmnist_long_500",
-    "fedtan_fmnist",
-    "fedtan_fmnist_client_test",
     "tct_fmnist_paper",
     "vhl_fmnist",
     "vhl_fmnist_feddf",
