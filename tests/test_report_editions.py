@@ -24,8 +24,6 @@ OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated fr
     "fedimpro_fmnist_long",
     "fedimpro_fmnist_long_500",
     "tct_fmnist_paper",
-    "vhl_fmnist",
-    "vhl_fmnist_feddf",
 }
 OLD_MARKS = OLD_FIGURES | {  # marked before 2ea6b40 (the baseline's curve alone, or no marks)
     "quickstart",
