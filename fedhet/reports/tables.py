@@ -119,8 +119,8 @@ def uneven_round_times(rows: list[dict]) -> str:
     """A sentence when, in some group, one run's median round time is over LOAD_SPREAD times
     another's: runs of one configuration do the same work, so the machine's load (or a pause)
     changed while they ran, and their times do not measure the method's cost; "" otherwise."""
-    spreads = {}
-    for label, group in cells(rows).items():
+    spreads, groups = {}, cells(rows)
+    for label, group in groups.items():
         medians = [float(np.nanmedian(after_warm_up(r["metrics"]["wall_time"]))) for r in group]
         medians = [m for m in medians if m > 0]
         if len(medians) > 1 and max(medians) > LOAD_SPREAD * min(medians):
@@ -129,7 +129,7 @@ def uneven_round_times(rows: list[dict]) -> str:
         return ""
     (algo, setting), (low, high) = max(spreads.items(), key=lambda kv: kv[1][1] / kv[1][0])
     return (
-        f"Caution: in {len(spreads)} of {len(cells(rows))} groups one run's median round time "
+        f"Caution: in {len(spreads)} of {len(groups)} groups one run's median round time "
         f"is over {LOAD_SPREAD:g} times another's (the most: {algo}, {setting}, {low:.2f} to "
         f"{high:.2f} s): runs of one configuration do the same work, so the machine's load "
         "changed while they ran, and these times, the x first ratios and the seconds per stage "
