@@ -21,7 +21,6 @@ OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated fr
     "fedbr_fmnist_skew",
     "fedbr_fmnist_skew_480",
     "fedbr_fmnist_table1_tuned",
-    "fedimpro_fmnist_long",
     "fedimpro_fmnist_long_500",
     "tct_fmnist_paper",
 }
