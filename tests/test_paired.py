@@ -15,9 +15,16 @@ from conftest import TINY_SPEC, CliRunner, markdown_tables, write_spec
 from fedhet.core.spec import parse_spec
 from fedhet.core.store import ArtifactStore
 from fedhet.execution.planning import runs_of
-from fedhet.metrics.paired import compare, pair
+from fedhet.metrics.paired import Pairing, compare, pair
 from fedhet.metrics.summary import evaluated_mean, summarize, tail_mean
-from fedhet.reports.comparison import compared, describe_rounds, paired_metrics
+from fedhet.reports.comparison import (
+    EARLY,
+    PairedRow,
+    compared,
+    describe_rounds,
+    paired_metrics,
+    paired_table,
+)
 
 # Student t quantiles t(0.975, df). With df = 2 the distribution function is
 # 1/2 + t / (2 sqrt(2 + t^2)), so t(p, 2) = (2p - 1) / sqrt(2p(1 - p)) exactly; df = 3 from a table.
@@ -282,3 +289,18 @@ def test_report_pairs_with_the_first_algorithm_or_the_baseline_and_refuses_an_un
     assert old_style.rc == 0, old_style.stderr
     assert "note: --baseline 'fedprox' read as 'FedProx'" in old_style.stderr
     assert (out / "paired.md").read_text().split("Generated")[1] == text.split("Generated")[1]
+
+
+def test_the_early_training_mark_qualifies_verdicts_with_an_interval_only():
+    """A moving pair marks its verdict; a pair with one seed has no verdict to qualify."""
+    rows = [
+        PairedRow(name, "iid", Pairing(seeds, diffs, {}), compare(diffs))
+        for name, seeds, diffs in (
+            ("three", (0, 1, 2), (0.02, 0.03, 0.025)),
+            ("one", (0,), (0.02,)),
+        )
+    ]
+    early = {("three", "iid"), ("one", "iid")}
+    table = markdown_tables(paired_table(rows, "points", early).splitlines())
+    verdicts = {row[0]: row[6] for row in table[0][2:]}
+    assert verdicts == {"three": "ahead" + EARLY, "one": "too few seeds"}

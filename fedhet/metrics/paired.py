@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+TOO_FEW_SEEDS = "too few seeds"  # the verdict under 2 pairs: no interval, nothing to mark
 CONFIDENCE = 0.95
 UNMATCHED = "unmatched"  # a seed that only one of the two has
 
@@ -78,7 +79,7 @@ def compare(
     n, ahead = d.size, int((d > 0).sum())
     mean = float(d.mean()) if n else math.nan
     if n < 2:
-        return Comparison(n, mean, None, None, ahead, "too few seeds")
+        return Comparison(n, mean, None, None, ahead, TOO_FEW_SEEDS)
     half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
     low, high = mean - half, mean + half
     if low <= 0 <= high:

@@ -19,7 +19,15 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from fedhet.core import units
-from fedhet.metrics.paired import CONFIDENCE, Comparison, Pairing, Value, compare, pair
+from fedhet.metrics.paired import (
+    CONFIDENCE,
+    TOO_FEW_SEEDS,
+    Comparison,
+    Pairing,
+    Value,
+    compare,
+    pair,
+)
 from fedhet.metrics.summary import (
     common_rounds,
     evaluated_mean,
@@ -217,10 +225,16 @@ def paired_table(rows: list[PairedRow], unit: str, early: Collection[tuple[str, 
         interval = "-" if c.low is None else f"[{signed(c.low)}, {signed(c.high)}]"
         lines.append(
             f"| {row.algorithm} | {row.setting} | {c.n} | {mean} | {interval} | {c.ahead}/{c.n} "
-            f"| {c.verdict}{EARLY if (row.algorithm, row.setting) in early else ''} "
+            f"| {c.verdict}{EARLY if marked(c, (row.algorithm, row.setting) in early) else ''} "
             f"| {_left_out(row.pairing.left_out)} |" + (f" {row.rounds} |" if with_rounds else "")
         )
     return "\n".join(lines)
+
+
+def marked(comparison: Comparison, early: bool) -> bool:
+    """Whether a verdict carries the early-training mark: a moving pair's, unless no interval
+    was taken (too few seeds: there is no verdict for the budget to qualify)."""
+    return early and comparison.verdict != TOO_FEW_SEEDS
 
 
 def _left_out(reasons: dict[str, int]) -> str:
