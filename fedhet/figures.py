@@ -47,15 +47,27 @@ PANELS_PER_ROW = 3
 # marked, instead of flattening every other curve.
 OFF_SCALE_SPREADS = 3.0
 OFF_SCALE_MARKER = "^"
+DIVERGED_MARKER = "x"
+DIVERGED_WIDTH = 0.8
 
 
 @dataclass(frozen=True)
 class Curve:
-    """A metric per round over a group's seeds (NaN where it was not measured)."""
+    """A metric per round over a group's seeds (NaN where it was not measured): the mean and
+    spread of the runs that did not diverge, and each run that did, up to its divergence."""
 
     mean: np.ndarray
     std: np.ndarray  # spread over seeds (ddof=0); 0 with one seed
     seeds: int
+    diverged: tuple[np.ndarray, ...] = ()
+
+    def lines(self) -> list[np.ndarray]:
+        """Every line drawn: the mean and each diverged run."""
+        return [self.mean, *self.diverged]
+
+    def drawn(self) -> np.ndarray:
+        """Every value drawn (the band's edges too), for the axis to span."""
+        return np.concatenate([self.mean - self.std, self.mean + self.std, *self.lines()])
 
 
 def figure_format(path: Path, option: str) -> str:
@@ -245,8 +257,11 @@ def _draw_panel(
     entry of each kind of mark drawn goes into `marks`."""
     for algorithm, curve in curves.items():
         index = algorithms.index(algorithm)
-        if _draw(ax, curve, algorithm, index) and curve.seeds > 1:
+        named = _draw(ax, curve, algorithm, index)
+        if named and curve.seeds > 1:
             marks.setdefault("band", _band_entry())
+        if _draw_diverged(ax, curve, algorithm, index, named):
+            marks.setdefault("diverged", _diverged_entry())
         for stage_start in boundaries.get(algorithm, []):
             ax.axvline(stage_start + 0.5, color=f"C{index}", linestyle=":", linewidth=1)
             marks.setdefault("stage", _stage_entry())
@@ -257,21 +272,24 @@ def _draw_panel(
 def _never_negative(curves: dict[str, dict[str, Curve]]) -> bool:
     """Whether every mean of a row is >= 0 (a distance, a loss): its axis starts at 0, where a
     band of mean - std below 0 would show values the metric never takes."""
-    means = np.concatenate([c.mean for setting in curves.values() for c in setting.values()])
+    means = np.concatenate([line for c in _each(curves) for line in c.lines()])
     means = means[np.isfinite(means)]
     return bool(means.size) and bool((means >= 0).all())
+
+
+def _each(curves: dict[str, dict[str, Curve]]) -> list[Curve]:
+    return [c for setting in curves.values() for c in setting.values()]
+
+
+def measured(curves: dict[str, dict[str, Curve]]) -> bool:
+    """Whether a row has any value to draw (a metric no run records leaves it empty)."""
+    return any(np.isfinite(line).any() for c in _each(curves) for line in c.lines())
 
 
 def robust_limits(curves: dict[str, dict[str, Curve]]) -> tuple[float, float] | None:
     """The y range of a row's finite values (means and mean ± std) that are not off scale (see
     OFF_SCALE_SPREADS, on their magnitudes); None when none is (the axis then fits them all)."""
-    values = np.concatenate(
-        [
-            np.concatenate([c.mean, c.mean - c.std, c.mean + c.std])
-            for setting in curves.values()
-            for c in setting.values()
-        ]
-    )
+    values = np.concatenate([c.drawn() for c in _each(curves)])
     values = values[np.isfinite(values)]
     magnitudes = np.abs(values[values != 0])
     if not magnitudes.size:
@@ -286,8 +304,8 @@ def robust_limits(curves: dict[str, dict[str, Curve]]) -> tuple[float, float] | 
 
 
 def _clip(row, curves, settings: list[str], algorithms: list[str], limits) -> bool:
-    """Fix the row's y axis to `limits` (with a margin) and mark each mean above them at the
-    top, in its algorithm's colour; whether any was."""
+    """Fix the row's y axis to `limits` (with a margin) and mark each value of a line (a mean
+    or a diverged run) above them at the top, in its algorithm's colour; whether any was."""
     low, high = limits
     margin = 0.05 * (high - low) or 0.05 * abs(high) or 1.0
     top = high + margin
@@ -295,7 +313,7 @@ def _clip(row, curves, settings: list[str], algorithms: list[str], limits) -> bo
     clipped = False
     for ax, setting in zip(row, settings, strict=True):
         for algorithm, curve in curves[setting].items():
-            above = np.flatnonzero(curve.mean > top)
+            above = np.unique(np.concatenate([np.flatnonzero(v > top) for v in curve.lines()]))
             if above.size:
                 clipped = True
                 ax.plot(
@@ -312,6 +330,17 @@ def _clip(row, curves, settings: list[str], algorithms: list[str], limits) -> bo
 
 def _band_entry() -> Patch:
     return Patch(color="grey", alpha=BAND_ALPHA * 2, label="shaded: ± 1 std over seeds")
+
+
+def _diverged_entry() -> Line2D:
+    return Line2D(
+        [],
+        [],
+        color="grey",
+        linewidth=DIVERGED_WIDTH,
+        marker=DIVERGED_MARKER,
+        label=f"thin, ending in {DIVERGED_MARKER}: a run that diverged (not in the mean)",
+    )
 
 
 def _stage_entry() -> Line2D:
@@ -332,7 +361,7 @@ def _clipped_entry() -> Line2D:
 def _draw(ax, curve: Curve, algorithm: str, index: int) -> bool:
     """Draw the curve (and its band over seeds); whether it had anything to draw."""
     measured = ~np.isnan(curve.mean)
-    if not measured.any():  # a metric the method does not define: nothing to draw
+    if not measured.any():  # a metric the method does not define, or every run diverged
         return False
     rounds = np.arange(1, len(curve.mean) + 1)[measured]
     mean, std = curve.mean[measured], curve.std[measured]
@@ -352,6 +381,27 @@ def _draw(ax, curve: Curve, algorithm: str, index: int) -> bool:
     if curve.seeds > 1:
         ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=BAND_ALPHA, linewidth=0)
     return True
+
+
+def _draw_diverged(ax, curve: Curve, algorithm: str, index: int, named: bool) -> bool:
+    """Each diverged run as a thin line to its last value, marked there; the first named after
+    the algorithm unless its mean was (`named`). Whether any was drawn."""
+    drawn = False
+    for values in curve.diverged:
+        measured = np.flatnonzero(np.isfinite(values))
+        if not measured.size:
+            continue
+        ax.plot(
+            measured + 1,
+            values[measured],
+            color=f"C{index % 10}",
+            linewidth=DIVERGED_WIDTH,
+            marker=DIVERGED_MARKER,
+            markevery=[len(measured) - 1],
+            label=algorithm if not (named or drawn) else "_diverged",
+        )
+        drawn = True
+    return drawn
 
 
 def _legend_entries(axes) -> tuple[list, list[str]]:

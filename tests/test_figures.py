@@ -349,15 +349,88 @@ def test_long_setting_titles_fold_instead_of_running_into_each_other():
     assert [ax.get_title().replace("\n", " ") for ax in fig.axes[:2]] == settings
 
 
+def _row(algorithm, accuracy, divergence, diverged=None, undefined=frozenset()):
+    """A report row (fedhet.reports.collection) with what the figure reads."""
+    metrics = {
+        "test_accuracy": np.asarray(accuracy, float),
+        "divergence": np.asarray(divergence, float),
+    }
+    return {
+        "algorithm": algorithm,
+        "setting": "s",
+        "group": algorithm,
+        "metrics": metrics,
+        "diverged": diverged,
+        "undefined": undefined,
+    }
+
+
 def test_a_method_drawn_without_a_divergence_curve_is_named_in_the_caption():
-    from fedhet.reports.report import without_divergence
+    from fedhet.reports.report import curve_panels
+
+    nan = [np.nan] * 3
+    rows = [
+        _row("FedAvg", [0.1, 0.2, 0.3], [1.0, 1.0, 1.0]),
+        _row("Centralized", [0.5] * 3, nan, undefined=frozenset({"divergence"})),
+        _row("Centralized", [0.5] * 3, nan, undefined=frozenset({"divergence"})),
+        _row("Local", [0.2] * 3, nan, undefined=frozenset({"divergence"})),
+        _row("TCT", [np.nan, 0.4, 0.6], nan),  # TCT's stage 2 records none
+    ]
+    panels, captions = curve_panels(rows)
+    assert list(panels) == ["test accuracy", "weight divergence"]
+    assert captions[2].startswith("No weight divergence for Centralized, Local: no client models")
+    assert captions[3] == "No weight divergence for TCT: its runs record none."
+    assert len(captions) == 4 and curve_panels(rows[:1])[1][2:] == []
+
+
+def test_a_metric_no_run_records_has_no_row_and_no_caption():
+    from fedhet.reports.report import LINES_CAPTION, curve_panels
+
+    rows = [_row("TCT", [np.nan, 0.4, 0.6], [np.nan] * 3) for _ in range(2)]
+    panels, captions = curve_panels(rows)
+    assert list(panels) == ["test accuracy"] and captions == [LINES_CAPTION]
+    fig = curves_figure(panels, captions=captions)
+    assert [ax.get_ylabel() for ax in fig.axes] == ["test accuracy"]
+
+
+def test_a_diverged_run_is_drawn_apart_and_left_out_of_the_mean():
+    """tct_fmnist_paper's #C=1: one seed of three falls to chance and diverges at round 3; the
+    mean of all seeds would jump up when its curve ends."""
+    from fedhet.reports.report import LINES_CAPTION_DIVERGED, curve_panels, seed_curves
 
     rows = [
-        {"algorithm": "FedAvg", "undefined": frozenset()},
-        {"algorithm": "Centralized", "undefined": frozenset({"divergence"})},
-        {"algorithm": "Centralized", "undefined": frozenset({"divergence"})},
-        {"algorithm": "Local", "undefined": frozenset({"divergence"})},
+        _row("TCT", [0.5, 0.6, 0.7, 0.8], [1.0] * 4),
+        _row("TCT", [0.6, 0.7, 0.8, 0.9], [1.0] * 4),
+        _row("TCT", [0.5, 0.2, 0.1], [1.0, 5.0, 1e29], diverged=3),
     ]
-    (line,) = without_divergence(rows)
-    assert line.startswith("No weight divergence for Centralized, Local:")
-    assert without_divergence(rows[:1]) == []
+    (curve,) = seed_curves(rows, "test_accuracy")["s"].values()
+    np.testing.assert_allclose(curve.mean, [0.55, 0.65, 0.75, 0.85])
+    np.testing.assert_allclose(curve.std, [0.05] * 4)
+    assert curve.seeds == 2 and len(curve.diverged) == 1
+    np.testing.assert_allclose(curve.diverged[0], [0.5, 0.2, 0.1])
+    panels, captions = curve_panels(rows)
+    assert captions[0] == LINES_CAPTION_DIVERGED
+    fig = curves_figure(panels, captions=captions)
+    thin = [line for line in fig.axes[0].lines if line.get_linewidth() < 1]
+    (line,) = thin
+    assert list(line.get_ydata()) == [0.5, 0.2, 0.1] and line.get_marker() == "x"
+    assert list(line.get_markevery()) == [2]  # the cross at its last value
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert texts[0] == "TCT" and any(
+        t.startswith("thin, ending in x: a run that diverged") for t in texts
+    )
+    # its 1e29 divergence is drawn at the top of an axis that fits the other runs
+    low, high = fig.axes[1].get_ylim()
+    assert high < 10 and any(ln.get_marker() == "^" for ln in fig.axes[1].lines)
+
+
+def test_a_cell_whose_every_run_diverged_still_names_its_algorithm():
+    from fedhet.reports.report import curve_panels
+
+    rows = [_row("FedAvg", [0.5, 0.6], [1.0, 1.0])]
+    rows += [_row("SCAFFOLD", [0.3, 0.2], [1.0, 2.0], diverged=2) for _ in range(2)]
+    panels, captions = curve_panels(rows)
+    fig = curves_figure(panels, captions=captions)
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert texts[:2] == ["FedAvg", "SCAFFOLD"]
+    assert len([ln for ln in fig.axes[0].lines if ln.get_linewidth() < 1]) == 2

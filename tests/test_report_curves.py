@@ -16,6 +16,7 @@ def _row(algorithm: str, spec: dict, divergence: list[float]) -> dict:
         "setting": "s",
         "group": algorithm,
         "metrics": {"divergence": np.asarray(divergence)},
+        "diverged": None,
         "undefined": parsed.algorithm.undefined_metrics,
         "stage_starts": parsed.algorithm.stage_starts(parsed),
     }

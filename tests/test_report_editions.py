@@ -23,7 +23,6 @@ OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated fr
     "fedbr_fmnist_skew_480",
     "fedbr_fmnist_table1_tuned",
     "fedimpro_fmnist_long_500",
-    "tct_fmnist_paper",
 }
 OLD_MARKS = OLD_FIGURES  # marked before 2ea6b40 (the baseline's curve alone, or no marks)
 NAMES = sorted(p.stem for p in REPORTS.glob("*.md"))

@@ -24,7 +24,7 @@ from fedhet.core.spec import Spec
 from fedhet.core.store import ArtifactStore
 from fedhet.execution.labels import named_label
 from fedhet.execution.planning import Run
-from fedhet.figures import FORMATS, Curve, metric_curves
+from fedhet.figures import FORMATS, Curve, measured, metric_curves
 from fedhet.metrics.summary import rounds_to_reach, validated
 from fedhet.reports import personalized
 from fedhet.reports.collection import collect, environments, with_final_scores
@@ -47,11 +47,14 @@ from fedhet.reports.tables import (
 
 CURVES = {"test_accuracy": "test accuracy", "divergence": "weight divergence"}
 PERCENT_CURVES = ("test accuracy",)
-CAPTIONS = (
-    "Lines: the mean over a cell's seeds in each round.",
-    "Weight divergence: the mean over a round's clients of the L2 distance between the client's "
-    "model and the new global model.",
+LINES_CAPTION = "Lines: the mean over a cell's seeds in each round."
+LINES_CAPTION_DIVERGED = (
+    "Lines: the mean over a cell's seeds in each round, of the runs that did not diverge."
 )
+CURVE_CAPTIONS = {
+    "weight divergence": "Weight divergence: the mean over a round's clients of the L2 distance "
+    "between the client's model and the new global model."
+}
 # What "test accuracy" means for a personalized method's run (fedhet.engine.own_evaluation)
 PERSONALIZED_TEST = (
     "Test accuracy of a personalized method (one whose clients each use a model of their own: "
@@ -107,24 +110,21 @@ def with_rounds_to_reference(rows: list[dict], reference: str) -> list[dict]:
 
 def seed_curves(rows: list[dict], metric: str) -> dict[str, dict[str, Curve]]:
     """curves[setting][algorithm] = the metric per round over the group's seeds (mean and
-    standard deviation of the seeds measured in that round)."""
+    standard deviation of the seeds measured in that round) that did not diverge, beside each
+    diverged run's curve to its divergence (so its end does not make the mean jump)."""
     rounds = max(len(r["metrics"][metric]) for r in rows)
     curves: dict[str, dict[str, Curve]] = defaultdict(dict)
     with warnings.catch_warnings():  # a metric a method does not measure is all NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         for (algorithm, setting), group in cells(rows).items():
+            kept = [_defined(r, metric) for r in group if r["diverged"] is None]
             stacked = np.stack(
-                [  # a diverged run's curve ends early: NaN after its end
-                    np.pad(
-                        _defined(r, metric),
-                        (0, rounds - len(r["metrics"][metric])),
-                        constant_values=np.nan,
-                    )
-                    for r in group
-                ]
+                [np.pad(v, (0, rounds - len(v)), constant_values=np.nan) for v in kept]
+                or [np.full(rounds, np.nan)]
             )
             mean, std = np.nanmean(stacked, axis=0), np.nanstd(stacked, axis=0)
-            curves[setting][algorithm] = Curve(mean, std, len(group))
+            diverged = tuple(_defined(r, metric) for r in group if r["diverged"] is not None)
+            curves[setting][algorithm] = Curve(mean, std, len(kept), diverged)
     return dict(curves)
 
 
@@ -144,12 +144,39 @@ def stage_boundaries(rows: list[dict]) -> dict[str, list[int]]:
 DEFAULT_FOLDER = Path("report")
 
 
-def without_divergence(rows: list[dict]) -> list[str]:
-    """The caption line naming the algorithms drawn without a weight-divergence curve."""
-    labels = list(dict.fromkeys(r["algorithm"] for r in rows if "divergence" in r["undefined"]))
-    if not labels:
-        return []
-    return [f"No weight divergence for {', '.join(labels)}: no client models around a global one."]
+def curve_panels(rows: list[dict]) -> tuple[dict[str, dict[str, dict[str, Curve]]], list[str]]:
+    """The figure's rows of panels, a metric no run records left out, and the caption lines
+    that explain what is drawn."""
+    panels = {label: seed_curves(rows, m) for m, label in CURVES.items()}
+    panels = {label: curves for label, curves in panels.items() if measured(curves)}
+    diverged = any(r["diverged"] is not None for r in rows)
+    captions = [LINES_CAPTION_DIVERGED if diverged else LINES_CAPTION]
+    captions += [CURVE_CAPTIONS[label] for label in panels if label in CURVE_CAPTIONS]
+    if "weight divergence" in panels:
+        captions += without_divergence(rows, panels["weight divergence"])
+    return panels, captions
+
+
+def without_divergence(rows: list[dict], curves: dict[str, dict[str, Curve]]) -> list[str]:
+    """The caption lines naming the algorithms drawn without a weight-divergence curve: those
+    whose method defines none, and those whose runs record none (TCT's)."""
+    undefined = list(dict.fromkeys(r["algorithm"] for r in rows if "divergence" in r["undefined"]))
+    unrecorded = [
+        algorithm
+        for algorithm in dict.fromkeys(r["algorithm"] for r in rows)
+        if algorithm not in undefined
+        and not measured(
+            {s: {algorithm: row[algorithm]} for s, row in curves.items() if algorithm in row}
+        )
+    ]
+    lines = []
+    if undefined:
+        names = ", ".join(undefined)
+        lines.append(f"No weight divergence for {names}: no client models around a global one.")
+    if unrecorded:
+        whose = "its" if len(unrecorded) == 1 else "their"
+        lines.append(f"No weight divergence for {', '.join(unrecorded)}: {whose} runs record none.")
+    return lines
 
 
 def write_report(
@@ -171,8 +198,7 @@ def write_report(
     reference = reference_algorithm(runs, baseline, console)
     rows = collect(runs, store, console, train)
     md, png = out_dir / f"{spec.name}.md", out_dir / f"{spec.name}.png"
-    panels = {label: seed_curves(rows, m) for m, label in CURVES.items()}
-    captions = (*CAPTIONS, *without_divergence(rows))
+    panels, captions = curve_panels(rows)
     metric_curves(panels, png, spec.name, stage_boundaries(rows), FORMATS, PERCENT_CURVES, captions)
     header = (
         f"# {spec.name}\n\n{spec.description.strip()}\n\n"
