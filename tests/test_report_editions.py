@@ -22,7 +22,6 @@ OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated fr
     "fedbr_fmnist_skew",
     "fedbr_fmnist_skew_480",
     "fedbr_fmnist_table1_tuned",
-    "fedimpro_fmnist_long_500",
 }
 OLD_MARKS = OLD_FIGURES  # marked before 2ea6b40 (the baseline's curve alone, or no marks)
 NAMES = sorted(p.stem for p in REPORTS.glob("*.md"))
