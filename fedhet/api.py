@@ -189,7 +189,7 @@ class Experiment(Session):
         smallest difference in accuracy, in points as `fedhet report --floor`, a verdict calls
         a gain (default 0.5). `early_training` is True where the method's curve or the
         baseline's has not levelled off (the report's plateau test): the verdict there is early
-        training's, which the report marks "(early training)"."""
+        training's, which the report marks "(early training)" (never on "too few seeds")."""
         import pandas as pd
 
         return pd.DataFrame(self.paired_rows(baseline, train, floor))

@@ -57,7 +57,7 @@ class Curve:
     spread of the runs that did not diverge, and each run that did, up to its divergence."""
 
     mean: np.ndarray
-    std: np.ndarray  # spread over seeds (ddof=0); 0 with one seed
+    std: np.ndarray  # spread over seeds (ddof=0); 0 with one seed, NaN with none
     seeds: int
     diverged: tuple[np.ndarray, ...] = ()
 
@@ -194,16 +194,25 @@ def curves_figure(
 ) -> Figure:
     """One row of panels per metric (one y axis per row), one column per setting.
 
-    panels[metric label][setting][algorithm] = its Curve: the mean over seeds, and a band of
-    ± one standard deviation where there are several seeds. `boundaries[algorithm]` are the
-    rounds after which a new stage starts (TCT's stage 2), drawn as dotted vertical lines. The
-    rows named in `percent` hold fractions, drawn on a % axis; every other row's axis spans its
-    values that are not off scale (`robust_limits`), a mean above it drawn at its top, marked.
-    Rounds are integers on the x axis, from 1. The legend names every algorithm and every other kind
-    of mark drawn; `captions` are lines under the panels (what a metric is).
+    panels[metric label][setting][algorithm] = its Curve: the mean over the seeds that did not
+    diverge, a band of ± one standard deviation where there are several, and each diverged run
+    as a thin line ending in DIVERGED_MARKER. `boundaries[algorithm]` are the rounds after which
+    a new stage starts (TCT's stage 2), drawn as dotted vertical lines. The rows named in
+    `percent` hold fractions, drawn on a % axis; every other row's axis spans its values that
+    are not off scale (`robust_limits`), a line's value above it drawn at its top, marked.
+    Rounds are integers on the x axis, from 1. The legend names every algorithm (in its mean's
+    style wherever one is drawn) and every other kind of mark drawn; `captions` are lines under
+    the panels (what a metric is).
     """
     settings = list(next(iter(panels.values())))
     algorithms = list(dict.fromkeys(a for row in panels.values() for s in row.values() for a in s))
+    with_mean = {
+        a
+        for row in panels.values()
+        for setting in row.values()
+        for a, curve in setting.items()
+        if np.isfinite(curve.mean).any()
+    }
     fig, axes = plt.subplots(
         len(panels),
         len(settings),
@@ -219,7 +228,7 @@ def curves_figure(
         if label in percent:
             row[0].yaxis.set_major_formatter(PercentFormatter(xmax=1))
         for ax, setting in zip(row, settings, strict=True):
-            _draw_panel(ax, curves[setting], algorithms, boundaries or {}, marks)
+            _draw_panel(ax, curves[setting], algorithms, with_mean, boundaries or {}, marks)
             ax.set_title(textwrap.fill(setting, PANEL_TITLE_CHARS))
         limits = None if label in percent else robust_limits(curves)
         if limits is not None and _clip(row, curves, settings, algorithms, limits):
@@ -251,16 +260,21 @@ def _wrapped(lines: Sequence[str], width_in: float) -> str:
 
 
 def _draw_panel(
-    ax, curves: dict[str, Curve], algorithms: list[str], boundaries: dict[str, list[int]], marks
+    ax,
+    curves: dict[str, Curve],
+    algorithms: list[str],
+    with_mean: Collection[str],
+    boundaries: dict[str, list[int]],
+    marks,
 ) -> None:
     """One setting's curves, their bands and stage boundaries, on integer rounds; the legend
-    entry of each kind of mark drawn goes into `marks`."""
+    entry of each kind of mark drawn goes into `marks`. An algorithm without a mean in any
+    panel (`with_mean`: every run diverged) is named by its first diverged run's line."""
     for algorithm, curve in curves.items():
         index = algorithms.index(algorithm)
-        named = _draw(ax, curve, algorithm, index)
-        if named and curve.seeds > 1:
+        if _draw(ax, curve, algorithm, index) and curve.seeds > 1:
             marks.setdefault("band", _band_entry())
-        if _draw_diverged(ax, curve, algorithm, index, named):
+        if _draw_diverged(ax, curve, algorithm, index, algorithm in with_mean):
             marks.setdefault("diverged", _diverged_entry())
         for stage_start in boundaries.get(algorithm, []):
             ax.axvline(stage_start + 0.5, color=f"C{index}", linestyle=":", linewidth=1)
@@ -270,8 +284,8 @@ def _draw_panel(
 
 
 def _never_negative(curves: dict[str, dict[str, Curve]]) -> bool:
-    """Whether every mean of a row is >= 0 (a distance, a loss): its axis starts at 0, where a
-    band of mean - std below 0 would show values the metric never takes."""
+    """Whether every line of a row (means, diverged runs) is >= 0 (a distance, a loss): its axis
+    starts at 0, where a band of mean - std below 0 would show values the metric never takes."""
     means = np.concatenate([line for c in _each(curves) for line in c.lines()])
     means = means[np.isfinite(means)]
     return bool(means.size) and bool((means >= 0).all())
@@ -287,8 +301,9 @@ def measured(curves: dict[str, dict[str, Curve]]) -> bool:
 
 
 def robust_limits(curves: dict[str, dict[str, Curve]]) -> tuple[float, float] | None:
-    """The y range of a row's finite values (means and mean ± std) that are not off scale (see
-    OFF_SCALE_SPREADS, on their magnitudes); None when none is (the axis then fits them all)."""
+    """The y range of a row's finite values (means, mean ± std, diverged runs) that are not off
+    scale (see OFF_SCALE_SPREADS, on their magnitudes); None when none is (the axis then fits
+    them all)."""
     values = np.concatenate([c.drawn() for c in _each(curves)])
     values = values[np.isfinite(values)]
     magnitudes = np.abs(values[values != 0])
@@ -313,19 +328,41 @@ def _clip(row, curves, settings: list[str], algorithms: list[str], limits) -> bo
     clipped = False
     for ax, setting in zip(row, settings, strict=True):
         for algorithm, curve in curves[setting].items():
-            above = np.unique(np.concatenate([np.flatnonzero(v > top) for v in curve.lines()]))
+            above, ends = _above(curve, top)
+            color = f"C{algorithms.index(algorithm) % 10}"
             if above.size:
                 clipped = True
-                ax.plot(
-                    above + 1,
-                    np.full(above.size, top),
-                    linestyle="none",
-                    marker=OFF_SCALE_MARKER,
-                    color=f"C{algorithms.index(algorithm) % 10}",
-                    clip_on=False,
-                    label="_off scale",
-                )
+                _mark_at_top(ax, above, top, OFF_SCALE_MARKER, color)
+            if ends.size:  # a diverged run's last value: its cross, at the top
+                _mark_at_top(ax, ends, top, DIVERGED_MARKER, color)
     return clipped
+
+
+def _above(curve: Curve, top: float) -> tuple[np.ndarray, np.ndarray]:
+    """The rounds (0-based) where a line of the curve is above `top`, and apart from them the
+    last rounds of diverged runs that end above it."""
+    above, ends = [np.flatnonzero(curve.mean > top)], []
+    for values in curve.diverged:
+        over = np.flatnonzero(values > top)
+        finite = np.flatnonzero(np.isfinite(values))
+        if finite.size and over.size and over[-1] == finite[-1]:
+            ends.append(over[-1])
+            over = over[:-1]
+        above.append(over)
+    return np.unique(np.concatenate(above)), np.unique(np.asarray(ends, dtype=int))
+
+
+def _mark_at_top(ax, indices: np.ndarray, top: float, marker: str, color: str) -> None:
+    """Marks at the axis' top over the rounds of `indices` (0-based), drawn past its edge."""
+    ax.plot(
+        indices + 1,
+        np.full(indices.size, top),
+        linestyle="none",
+        marker=marker,
+        color=color,
+        clip_on=False,
+        label="_off scale",
+    )
 
 
 def _band_entry() -> Patch:
@@ -360,11 +397,11 @@ def _clipped_entry() -> Line2D:
 
 def _draw(ax, curve: Curve, algorithm: str, index: int) -> bool:
     """Draw the curve (and its band over seeds); whether it had anything to draw."""
-    measured = ~np.isnan(curve.mean)
-    if not measured.any():  # a metric the method does not define, or every run diverged
+    finite = ~np.isnan(curve.mean)
+    if not finite.any():  # a metric the method does not define, or every run diverged
         return False
-    rounds = np.arange(1, len(curve.mean) + 1)[measured]
-    mean, std = curve.mean[measured], curve.std[measured]
+    rounds = np.arange(1, len(curve.mean) + 1)[finite]
+    mean, std = curve.mean[finite], curve.std[finite]
     color = f"C{index % 10}"
     step = max(2, len(rounds) // MARKS_PER_CURVE)
     ax.plot(
@@ -388,16 +425,16 @@ def _draw_diverged(ax, curve: Curve, algorithm: str, index: int, named: bool) ->
     the algorithm unless its mean was (`named`). Whether any was drawn."""
     drawn = False
     for values in curve.diverged:
-        measured = np.flatnonzero(np.isfinite(values))
-        if not measured.size:
+        finite = np.flatnonzero(np.isfinite(values))
+        if not finite.size:
             continue
         ax.plot(
-            measured + 1,
-            values[measured],
+            finite + 1,
+            values[finite],
             color=f"C{index % 10}",
             linewidth=DIVERGED_WIDTH,
             marker=DIVERGED_MARKER,
-            markevery=[len(measured) - 1],
+            markevery=[len(finite) - 1],
             label=algorithm if not (named or drawn) else "_diverged",
         )
         drawn = True

@@ -340,8 +340,9 @@ def _fraction(points: float | None, default: float) -> float:
 def _paired_row(metric: Any, row: Any, reference: str, early: bool) -> dict[str, Any]:
     """A paired comparison (fedhet.reports.comparison) as a row, its differences in the
     metric's unit; `early`: the row's curve or the reference's has not levelled off in the
-    row's setting, so the verdict is early training's (the report's " (early training)" mark)."""
-    from fedhet.reports.comparison import in_unit
+    row's setting, so the verdict is early training's (the report's " (early training)" mark,
+    which a row of too few seeds, having no verdict to qualify, does not get)."""
+    from fedhet.reports.comparison import in_unit, marked
 
     c = row.comparison
 
@@ -360,7 +361,7 @@ def _paired_row(metric: Any, row: Any, reference: str, early: bool) -> dict[str,
         "ci_high": shown(c.high),
         "seeds_ahead": c.ahead,
         "verdict": c.verdict,
-        "early_training": early,
+        "early_training": marked(c, early),
         "rounds": row.rounds,
         "differences": [shown(d) for d in row.pairing.differences],
     }

@@ -419,9 +419,43 @@ def test_a_diverged_run_is_drawn_apart_and_left_out_of_the_mean():
     assert texts[0] == "TCT" and any(
         t.startswith("thin, ending in x: a run that diverged") for t in texts
     )
-    # its 1e29 divergence is drawn at the top of an axis that fits the other runs
+    # its 1e29 divergence ends it above an axis that fits the other runs: its cross at the top
     low, high = fig.axes[1].get_ylim()
-    assert high < 10 and any(ln.get_marker() == "^" for ln in fig.axes[1].lines)
+    (cross,) = [ln for ln in fig.axes[1].lines if ln.get_marker() == "x" and not ln.get_clip_on()]
+    assert high < 10 and list(cross.get_xdata()) == [3] and list(cross.get_ydata()) == [high]
+    assert not [ln for ln in fig.axes[1].lines if ln.get_marker() == "^"]
+
+
+def test_an_algorithm_is_named_in_its_mean_style_where_any_panel_draws_its_mean():
+    """SCAFFOLD diverges on every seed of the first setting only: its legend entry is its
+    mean's line (dashed, marked), not a diverged run's thin one."""
+    from fedhet.reports.report import curve_panels
+
+    rows = [_row("FedAvg", [0.5, 0.6], [1.0, 1.0])]
+    rows += [_row("SCAFFOLD", [0.3, 0.2], [1.0, 2.0], diverged=2) for _ in range(2)]
+    rows += [{**_row(a, [0.5, 0.7], [1.0, 1.0]), "setting": "t"} for a in ("FedAvg", "SCAFFOLD")]
+    fig = curves_figure(curve_panels(rows)[0])
+    entries = dict(zip(*fig.axes[0].get_legend_handles_labels(), strict=False))
+    legend = fig.legends[0]
+    (scaffold,) = [h for h, t in zip(legend.legend_handles, legend.get_texts(), strict=True)
+                   if t.get_text() == "SCAFFOLD"]  # fmt: skip
+    assert scaffold.get_linewidth() > 1 and scaffold.get_marker() != "x"
+    assert "SCAFFOLD" not in entries  # the first panel names it by no diverged line
+
+
+def test_runs_that_diverged_before_any_value_leave_a_caption_and_a_figure():
+    from fedhet.reports.report import curve_panels
+
+    empty = np.array([])
+    rows = [_row("SCAFFOLD", empty, empty, diverged=1) for _ in range(2)]
+    panels, captions = curve_panels(rows)
+    assert list(panels) == ["test accuracy"]  # the first row stays: a figure, if an empty one
+    assert captions[-1] == "No curve for SCAFFOLD: every run diverged before its first value."
+    curves_figure(panels, captions=captions)  # draws without error
+    rows.append(_row("FedAvg", [0.5, 0.6], [1.0, 1.0]))
+    panels, captions = curve_panels(rows)
+    assert list(panels) == ["test accuracy", "weight divergence"]
+    assert not [c for c in captions if c.startswith("No weight divergence")]  # not "records none"
 
 
 def test_a_cell_whose_every_run_diverged_still_names_its_algorithm():

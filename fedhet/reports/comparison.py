@@ -263,10 +263,10 @@ def paired_section(
         "(column rounds: first-last, the step, and how many). Left out: seeds not paired, by "
         "whose run (algorithm, reference or both) has no value and why: a diverged run has none "
         "for the final accuracy and the two means, a run that never reached the target none "
-        "for the rounds to it; unmatched: a seed only one of the two has. A verdict reads "
-        f"(early training) where the algorithm's curve or {reference}'s has not levelled off in "
-        "that setting (see Has each curve levelled off?): the budget stopped before the plateau "
-        "of the pair, so the difference may still change.\n\n"
+        "for the rounds to it; unmatched: a seed only one of the two has. A verdict (but too "
+        f"few seeds) reads (early training) where the algorithm's curve or {reference}'s has "
+        "not levelled off in that setting (see Has each curve levelled off?): the budget "
+        "stopped before the plateau of the pair, so the difference may still change.\n\n"
     )
     tables = []
     rows = [r for group in cells.values() for r in group]

@@ -38,6 +38,7 @@ import yaml
 
 from fedhet.core.errors import InputError
 from fedhet.execution.labels import named_label
+from fedhet.metrics.paired import TOO_FEW_SEEDS
 from fedhet.reports.comparison import EARLY, FLOOR_POINTS
 from fedhet.reports.plateau import moving
 
@@ -207,7 +208,7 @@ def paired_block(report: Report, entry: dict[str, Any]) -> str:
             mean, interval, _, decided = _paired_text(
                 report.paired(algorithm, setting, entry.get("metric", BEST))
             )
-            if columns[setting] != EARLY_NOTE:  # the column does not say it: the method's curve
+            if columns[setting] != EARLY_NOTE and decided != TOO_FEW_SEEDS:  # the method's curve
                 decided = _noted(decided, report.budget_note(setting, algorithm))
             cells.append(f"{mean} {interval} {decided}")
         out.append([names.get(algorithm, algorithm), *cells])
@@ -224,7 +225,8 @@ def claims_block(reports: dict[str, Report], entry: dict[str, Any]) -> str:
         cells = report.paired(claim["algorithm"], claim["setting"], claim.get("metric", BEST))
         mean, interval, ahead, decided = _paired_text(cells, claim.get("flip", False))
         label = f"{claim['claim']} (`{report.name}`, {claim.get('label', claim['setting'])})"
-        decided = _noted(decided, report.budget_note(claim["setting"], claim["algorithm"]))
+        if decided != TOO_FEW_SEEDS:
+            decided = _noted(decided, report.budget_note(claim["setting"], claim["algorithm"]))
         out.append([label, claim.get("paper", "-"), mean, interval, ahead, decided])
     return _markdown(out) + "\n\n" + _source(list(dict.fromkeys(used)))
 

@@ -145,30 +145,49 @@ DEFAULT_FOLDER = Path("report")
 
 
 def curve_panels(rows: list[dict]) -> tuple[dict[str, dict[str, dict[str, Curve]]], list[str]]:
-    """The figure's rows of panels, a metric no run records left out, and the caption lines
-    that explain what is drawn."""
+    """The figure's rows of panels (test accuracy always, another metric where a run records
+    it) and the caption lines that explain what is drawn."""
     panels = {label: seed_curves(rows, m) for m, label in CURVES.items()}
-    panels = {label: curves for label, curves in panels.items() if measured(curves)}
+    first = next(iter(panels))
+    panels = {label: c for label, c in panels.items() if label == first or measured(c)}
     diverged = any(r["diverged"] is not None for r in rows)
     captions = [LINES_CAPTION_DIVERGED if diverged else LINES_CAPTION]
     captions += [CURVE_CAPTIONS[label] for label in panels if label in CURVE_CAPTIONS]
+    undrawn = [a for a in _labels(rows) if not any(_drawn(c, a) for c in panels.values())]
+    if undrawn:
+        captions.append(f"No curve for {', '.join(undrawn)}: {_why_undrawn(rows, undrawn)}.")
     if "weight divergence" in panels:
-        captions += without_divergence(rows, panels["weight divergence"])
+        drawn = [r for r in rows if r["algorithm"] not in undrawn]
+        captions += without_divergence(drawn, panels["weight divergence"])
     return panels, captions
+
+
+def _why_undrawn(rows: list[dict], algorithms: list[str]) -> str:
+    runs = [r for r in rows if r["algorithm"] in algorithms]
+    if all(r["diverged"] is not None for r in runs):
+        return "every run diverged before its first value"
+    return "no run recorded a value"
+
+
+def _labels(rows: list[dict]) -> list[str]:
+    return list(dict.fromkeys(r["algorithm"] for r in rows))
+
+
+def _drawn(curves: dict[str, dict[str, Curve]], algorithm: str) -> bool:
+    """Whether a row of panels draws anything of `algorithm`."""
+    return any(
+        np.isfinite(line).any()
+        for setting in curves.values()
+        if algorithm in setting
+        for line in setting[algorithm].lines()
+    )
 
 
 def without_divergence(rows: list[dict], curves: dict[str, dict[str, Curve]]) -> list[str]:
     """The caption lines naming the algorithms drawn without a weight-divergence curve: those
     whose method defines none, and those whose runs record none (TCT's)."""
     undefined = list(dict.fromkeys(r["algorithm"] for r in rows if "divergence" in r["undefined"]))
-    unrecorded = [
-        algorithm
-        for algorithm in dict.fromkeys(r["algorithm"] for r in rows)
-        if algorithm not in undefined
-        and not measured(
-            {s: {algorithm: row[algorithm]} for s, row in curves.items() if algorithm in row}
-        )
-    ]
+    unrecorded = [a for a in _labels(rows) if a not in undefined and not _drawn(curves, a)]
     lines = []
     if undefined:
         names = ", ".join(undefined)
