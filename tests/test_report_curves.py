@@ -64,3 +64,10 @@ def test_runs_of_one_configuration_far_apart_in_time_are_flagged():
     line = uneven_round_times(loaded)
     assert line.startswith("Caution: in 1 of 2 groups")
     assert "(the most: fedprox, s, 1.00 to 8.35 s)" in line
+
+
+def test_a_run_that_diverged_in_round_one_has_no_round_time_to_compare(recwarn):
+    """Its row holds no rounds (nothing before the divergence): no median, and no warning."""
+    rows = [_timed("fedavg", [3.0, 1.0, 1.1]), _timed("fedavg", [])]
+    assert uneven_round_times(rows) == ""
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

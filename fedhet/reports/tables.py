@@ -121,8 +121,9 @@ def uneven_round_times(rows: list[dict]) -> str:
     changed while they ran, and their times do not measure the method's cost; "" otherwise."""
     spreads, groups = {}, cells(rows)
     for label, group in groups.items():
-        medians = [float(np.nanmedian(after_warm_up(r["metrics"]["wall_time"]))) for r in group]
-        medians = [m for m in medians if m > 0]
+        times = [after_warm_up(r["metrics"]["wall_time"]) for r in group]
+        medians = [float(np.nanmedian(t)) for t in times if np.isfinite(t).any()]
+        medians = [m for m in medians if m > 0]  # a run that diverged in round 1 has none
         if len(medians) > 1 and max(medians) > LOAD_SPREAD * min(medians):
             spreads[label] = min(medians), max(medians)
     if not spreads:
