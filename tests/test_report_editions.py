@@ -18,7 +18,6 @@ REPORTS = Path(__file__).resolve().parents[1] / "reports"
 PLATEAU = "## Has each curve levelled off?"
 
 OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated from the store next
-    "fedbr_fmnist_long",
     "fedbr_fmnist_skew",
     "fedbr_fmnist_skew_480",
     "fedbr_fmnist_table1_tuned",
