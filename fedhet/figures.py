@@ -295,8 +295,11 @@ def _each(curves: dict[str, dict[str, Curve]]) -> list[Curve]:
     return [c for setting in curves.values() for c in setting.values()]
 
 
-def measured(curves: dict[str, dict[str, Curve]]) -> bool:
-    """Whether a row has any value to draw (a metric no run records leaves it empty)."""
+def measured(curves: dict[str, dict[str, Curve]], algorithm: str | None = None) -> bool:
+    """Whether a row has any value to draw (a metric no run records leaves it empty), of
+    `algorithm` alone where one is named."""
+    if algorithm is not None:
+        curves = {s: {algorithm: row[algorithm]} for s, row in curves.items() if algorithm in row}
     return any(np.isfinite(line).any() for c in _each(curves) for line in c.lines())
 
 

@@ -153,7 +153,7 @@ def curve_panels(rows: list[dict]) -> tuple[dict[str, dict[str, dict[str, Curve]
     diverged = any(r["diverged"] is not None for r in rows)
     captions = [LINES_CAPTION_DIVERGED if diverged else LINES_CAPTION]
     captions += [CURVE_CAPTIONS[label] for label in panels if label in CURVE_CAPTIONS]
-    undrawn = [a for a in _labels(rows) if not any(_drawn(c, a) for c in panels.values())]
+    undrawn = [a for a in _labels(rows) if not any(measured(c, a) for c in panels.values())]
     if undrawn:
         captions.append(f"No curve for {', '.join(undrawn)}: {_why_undrawn(rows, undrawn)}.")
     if "weight divergence" in panels:
@@ -173,21 +173,11 @@ def _labels(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["algorithm"] for r in rows))
 
 
-def _drawn(curves: dict[str, dict[str, Curve]], algorithm: str) -> bool:
-    """Whether a row of panels draws anything of `algorithm`."""
-    return any(
-        np.isfinite(line).any()
-        for setting in curves.values()
-        if algorithm in setting
-        for line in setting[algorithm].lines()
-    )
-
-
 def without_divergence(rows: list[dict], curves: dict[str, dict[str, Curve]]) -> list[str]:
     """The caption lines naming the algorithms drawn without a weight-divergence curve: those
     whose method defines none, and those whose runs record none (TCT's)."""
     undefined = list(dict.fromkeys(r["algorithm"] for r in rows if "divergence" in r["undefined"]))
-    unrecorded = [a for a in _labels(rows) if a not in undefined and not _drawn(curves, a)]
+    unrecorded = [a for a in _labels(rows) if a not in undefined and not measured(curves, a)]
     lines = []
     if undefined:
         names = ", ".join(undefined)
