@@ -100,6 +100,36 @@ def test_only_keeps_runs_of_the_full_matrix_with_their_keys(fedhet: CliRunner):
     assert "no value of matrix.algorithm matches" in line and "scaffold" in line
 
 
+def test_only_filters_of_one_axis_add_up(fedhet: CliRunner):
+    full = keys(fedhet, QUICKSTART)
+    both = keys(fedhet, QUICKSTART, "--only", "algorithm=fedprox", "--only", "algorithm=scaffold")
+    assert len(both) == 4 and all(full[label] == k for label, k in both.items())
+    assert {label.split(",")[0] for label in both} == {"FedProx", "SCAFFOLD"}
+    narrowed = keys(
+        fedhet,
+        QUICKSTART,
+        "--only",
+        "algorithm=fedprox",
+        "--only",
+        "algorithm=scaffold",
+        "--only",
+        "partition=dirichlet",
+    )
+    assert len(narrowed) == 2
+    line = one_line_refusal(
+        fedhet(
+            "spec",
+            "validate",
+            QUICKSTART,
+            "--only",
+            "algorithm=fedavg",
+            "--only",
+            "algorithm=fedbn",
+        )
+    )
+    assert "--only 'algorithm=fedbn': no value of matrix.algorithm matches" in line
+
+
 def test_the_python_api_follows_the_same_rule():
     experiment = api.load(REPO / QUICKSTART, "algorithm.name=scaffold")
     assert {run.algorithm_label for run in experiment.planned} == {"SCAFFOLD"}

@@ -23,7 +23,8 @@ OnlyOpt = Annotated[
     typer.Option(
         "--only",
         help="keep the runs whose matrix AXIS has VALUE (an entry of a section axis by its name), "
-        "repeatable: --only algorithm=fedprox --only seed=0",
+        "repeatable (one axis's values add up, axes narrow): --only algorithm=fedprox "
+        "--only algorithm=scaffold --only seed=0",
         metavar="AXIS=VALUE",
         show_default=False,
     ),

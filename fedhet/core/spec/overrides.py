@@ -164,13 +164,15 @@ def _set_entry(data: dict, override: Override) -> None:
 
 
 def keep_only(data: dict, filters: Sequence[str]) -> dict:
-    """A copy of a spec's mapping whose matrix axes keep only the values each `AXIS=VALUE`
-    filter matches (`_matches`: `algorithm=fedprox`, `partition=dirichlet`, `seed=1`). The runs
-    kept are runs of the full matrix, with the same keys."""
+    """A copy of a spec's mapping whose matrix axes keep only the values the `AXIS=VALUE`
+    filters match (`_matches`: `algorithm=fedprox`, `partition=dirichlet`, `seed=1`); filters
+    of one axis add up (`seed=0` and `seed=1` keep both), those of different axes narrow. The
+    runs kept are runs of the full matrix, with the same keys."""
     if not filters:
         return data
     data = copy.deepcopy(data)
     matrix = data.get("matrix") if isinstance(data.get("matrix"), dict) else {}
+    wanted_by_axis: dict[str, list[tuple[str, Any]]] = {}
     for text in filters:
         axis, has_value, raw = text.partition("=")
         axis = axis.strip()
@@ -179,15 +181,16 @@ def keep_only(data: dict, filters: Sequence[str]) -> dict:
         if axis not in matrix:
             axes = ", ".join(matrix) or "none (the spec has no matrix)"
             raise InputError(f"--only {text!r}: {axis} is no matrix axis; the axes: {axes}")
-        wanted = yaml.safe_load(raw)
+        wanted_by_axis.setdefault(axis, []).append((text, yaml.safe_load(raw)))
+    for axis, wanted in wanted_by_axis.items():
         values = matrix[axis] if isinstance(matrix[axis], list) else [matrix[axis]]
-        kept = [value for value in values if _matches(value, wanted)]
-        if not kept:
-            shown = ", ".join(_name(v) for v in values)
-            raise InputError(
-                f"--only {text!r}: no value of matrix.{axis} matches; its values: {shown}"
-            )
-        matrix[axis] = kept
+        for text, one in wanted:
+            if not any(_matches(value, one) for value in values):
+                shown = ", ".join(_name(v) for v in values)
+                raise InputError(
+                    f"--only {text!r}: no value of matrix.{axis} matches; its values: {shown}"
+                )
+        matrix[axis] = [v for v in values if any(_matches(v, one) for _, one in wanted)]
     return data
 
 
