@@ -11,6 +11,7 @@ import pytest
 from conftest import TINY_SPEC, cli_env, write_spec
 
 from fedhet.core.spec import load_spec
+from fedhet.core.store import ArtifactStore
 from fedhet.engine.progress import LINES
 from fedhet.execution.planning import runs_of
 from fedhet.figures import FORMATS
@@ -57,6 +58,24 @@ def test_a_piped_table_keeps_every_cell_whole(fedhet, tmp_path):
     assert (
         lines[0].strip() == "tiny-digits"
     )  # not "labels", the file: titled by the spec's name:, as reports are
+
+
+def test_artifacts_show_piped_keeps_every_array_name_whole(fedhet, tmp_path):
+    """`artifacts show` printed its arrays' table 80 columns wide into a pipe, cutting the names
+    of a CNN's parameters (`model/best/features.conv1.0.wei…`)."""
+    store = ArtifactStore(tmp_path / "store")
+    name = "model/best/" + "features.block" * 6 + ".conv1.0.weight"
+    with store.lock("train", "f" * 64), store.write("train", "f" * 64, {}) as group:
+        group.create_array(name, shape=(16, 8, 3, 3), dtype="float32")
+    shown = fedhet("artifacts", "show", "ffff", env=cli_env(tmp_path / "store"))
+    assert shown.rc == 0, shown.stderr
+    (row,) = [line for line in shown.stdout.splitlines() if "float32" in line]
+    assert [cell.strip() for cell in row.split("│")[1:-1]] == [
+        name,
+        "(16, 8, 3, 3)",
+        "(16, 8, 3, 3)",
+        "float32",
+    ]
 
 
 def test_report_prints_a_summary_and_names_its_files(fedhet, tmp_path):

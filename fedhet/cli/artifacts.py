@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from fedhet.cli.columns import LS_COLUMNS
+from fedhet.cli.columns import ARRAY_COLUMNS, LS_COLUMNS
 from fedhet.cli.options import (
     CommandLineOptions,
     FormatOpt,
@@ -78,10 +77,16 @@ def artifacts_show(
         out.print("[bold]computed in[/bold]")
         for name, value in shown.environment.items():
             out.print(f"  {name:9s} {value}", markup=False, highlight=False, soft_wrap=True)
-    table = Table("array", "shape", "chunks", "dtype")
-    for row in shown.arrays:
-        table.add_row(row["name"], str(row["shape"]), str(row["chunks"]), row["dtype"])
-    out.print(table)
+    arrays = [
+        {
+            "array": a["name"],
+            "shape": str(a["shape"]),
+            "chunks": str(a["chunks"]),
+            "dtype": a["dtype"],
+        }
+        for a in shown.arrays
+    ]
+    show(out, arrays, ARRAY_COLUMNS, Format.table)
 
 
 @commands.command(

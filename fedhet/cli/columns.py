@@ -113,3 +113,4 @@ LS_COLUMNS = [
     Column("size", "MB", "megabytes"),
     *named("created"),
 ]
+ARRAY_COLUMNS = named("array", "shape", "chunks", "dtype")
