@@ -207,3 +207,82 @@ def test_the_torch_build_is_kept_per_machine_so_reuse_checks_need_no_torch(tmp_p
     assert run() == [first, False]  # from the cache
     forced, imported = run(ATEN_CPU_CAPABILITY="default")
     assert imported and forced["cpu"] == "DEFAULT"
+
+
+@pytest.mark.parametrize("continuation", ["recorded", "stored before the record"])
+def test_a_run_resumed_in_another_environment_records_where_its_earlier_rounds_ran(
+    fedhet: CliRunner, tmp_path: Path, continuation: str
+):
+    """A run that goes on from a stored shorter run (or a checkpoint) computed under another
+    torch records those rounds' environment; the report's header and the reuse line say so. A
+    run resumed in its own environment records nothing more."""
+    spec = write_spec(tmp_path / "env.yaml", SPEC)
+    store, out = tmp_path / "store", tmp_path / "out"
+    assert fedhet("train", spec, "federation.rounds=2", store=store).rc == 0
+    (short,) = runs_of(parse_spec({**SPEC, "federation": {**SPEC["federation"], "rounds": 2}}))
+    group = zarr.open_group(ArtifactStore(store).path("train", short.node.key), mode="r+")
+    here = dict(group.attrs["environment"])
+    assert "earlier" not in here
+    there = {**here, "torch": "2.11.0+cu130", "python": "3.12.3"}
+    group.attrs["environment"] = there
+    if continuation == "recorded":
+        group["continuation"].attrs["environments"] = [{"from_round": 1, "environment": there}]
+    else:
+        del group["continuation"].attrs["environments"]
+    seal(group["continuation"])
+    seal(group)  # as computed there
+
+    assert fedhet("train", spec, "federation.rounds=4", store=store).rc == 0
+    (long,) = runs_of(parse_spec({**SPEC, "federation": {**SPEC["federation"], "rounds": 4}}))
+    env = ArtifactStore(store).attrs("train", long.node.key)["environment"]
+    assert env["torch"] == torch.__version__
+    ((segment),) = env["earlier"]
+    assert segment["rounds"] == [1, 2] and segment["environment"]["torch"] == "2.11.0+cu130"
+    summary = provenance.summary(env)
+    earlier = summary.split("; earlier ", 1)[1]
+    assert earlier.startswith("rounds 1-2 under torch 2.11.0+cu130, CUDA build")
+    assert earlier.endswith(", python 3.12.3")  # what differed there, and only that
+
+    result = fedhet("report", spec, "federation.rounds=4", "--out", out, store=store)
+    assert result.rc == 0, result.stderr
+    assert f"- {summary}: 1 run" in (out / "provenance.md").read_text()
+    (line,) = [line for line in result.stderr.splitlines() if "another environment" in line]
+    assert f"rounds 1-2: torch 2.11.0+cu130 (now torch {torch.__version__})" in line
+
+    # going on in the same environment adds no segment: 4 -> 6 rounds here
+    assert fedhet("train", spec, "federation.rounds=6", store=store).rc == 0
+    (longer,) = runs_of(parse_spec({**SPEC, "federation": {**SPEC["federation"], "rounds": 6}}))
+    assert ArtifactStore(store).attrs("train", longer.node.key)["environment"]["earlier"] == [
+        segment
+    ]
+
+
+def test_segments_follow_a_run_across_environments_and_unrecorded_checkpoints():
+    here = provenance.environment()
+    there = {**here, "torch": "2.11.0"}
+    assert provenance.segments_after([], 0, here) == [{"from_round": 1, "environment": here}]
+    ran_there = provenance.segments_after([], 0, there)
+    assert provenance.segments_after(ran_there, 5, {**there, "python": "3.13"}) == ran_there
+    moved = provenance.segments_after(ran_there, 5, here)
+    assert moved == [*ran_there, {"from_round": 6, "environment": here}]
+    # a checkpoint written before the record: its rounds' environment is unknown
+    unknown = provenance.segments_after([], 3, here)
+    assert unknown == [
+        {"from_round": 1, "environment": None},
+        {"from_round": 4, "environment": here},
+    ]
+    stored = {**here, **provenance.earlier_of(moved)}
+    assert stored["earlier"] == [{"rounds": [1, 5], "environment": there}]
+    assert provenance.segments_of(stored) == moved  # a longer run goes on from it
+    assert provenance.earlier_of(provenance.segments_after([], 0, here)) == {}
+    text = provenance.described({**here, **provenance.earlier_of(unknown)})["earlier"]
+    assert text == "rounds 1-3 in an environment not recorded"
+
+
+def test_a_checkpoint_keeps_the_environments_of_its_rounds(tmp_path):
+    from fedhet.engine.run_format import Checkpoints, RunState
+
+    segments = provenance.segments_after([], 0, {"torch": "2.11.0"})
+    state = RunState(2, {"w": torch.ones(2)}, {}, {}, environments=segments)
+    Checkpoints(tmp_path).save(state)
+    assert Checkpoints(tmp_path).latest().environments == segments

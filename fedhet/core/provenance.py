@@ -178,10 +178,61 @@ def differences(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[
 
 
 def changes(stored: dict[str, Any] | None, runtime: RuntimeSpec) -> list[str]:
-    """What differs between a stored environment and the one `runtime` would compute in now."""
-    return differences(
-        stored, planned_environment(runtime.threads, runtime.device, runtime.clients)
-    )
+    """What differs between a stored environment and the one `runtime` would compute in now,
+    the earlier rounds of a run resumed in another environment included."""
+    now = planned_environment(runtime.threads, runtime.device, runtime.clients)
+    return differences(stored, now) + [
+        f"rounds {first}-{last}: {', '.join(differences(env, now)) if env else 'not recorded'}"
+        for (first, last), env in _earlier(stored)
+        if env is None or differences(env, now)
+    ]
+
+
+# A run resumed from a checkpoint, or from a stored shorter run, computed in another environment
+# records where its earlier rounds ran: while it runs, segments {"from_round", "environment"}
+# oldest first (in its checkpoints); once stored, `environment["earlier"]`, each earlier
+# segment's {"rounds": [first, last], "environment"}. The environment is None where a checkpoint
+# predates this record. A run computed in one environment records no segment.
+
+
+def segments_after(segments: list[dict], done: int, here: dict[str, Any]) -> list[dict]:
+    """The environments a run's rounds ran in, once it goes on in `here` after `done` rounds
+    computed in `segments`."""
+    if done == 0:
+        return [{"from_round": 1, "environment": here}]
+    segments = segments or [{"from_round": 1, "environment": None}]
+    last = segments[-1]["environment"]
+    if last is None or differences(last, here):
+        return [*segments, {"from_round": done + 1, "environment": here}]
+    return segments
+
+
+def segments_of(stored: dict[str, Any] | None) -> list[dict]:
+    """The segments of a stored run, from its `environment`: its earlier ones, then its own."""
+    if not stored:
+        return [{"from_round": 1, "environment": None}]
+    earlier = [{"from_round": first, "environment": env} for (first, _), env in _earlier(stored)]
+    own = {name: value for name, value in stored.items() if name != "earlier"}
+    start = stored["earlier"][-1]["rounds"][1] + 1 if earlier else 1
+    return [*earlier, {"from_round": start, "environment": own}]
+
+
+def earlier_of(segments: list[dict]) -> dict[str, Any]:
+    """What a finished run adds to its environment: `earlier`, when its rounds ran in more than
+    one."""
+    ends = [segment["from_round"] - 1 for segment in segments[1:]]
+    earlier = [
+        {"rounds": [segment["from_round"], end], "environment": segment["environment"]}
+        for segment, end in zip(segments, ends, strict=False)
+    ]
+    return {"earlier": earlier} if earlier else {}
+
+
+def _earlier(stored: dict[str, Any] | None) -> list[tuple[tuple[int, int], dict | None]]:
+    return [
+        ((segment["rounds"][0], segment["rounds"][1]), segment["environment"])
+        for segment in (stored or {}).get("earlier", [])
+    ]
 
 
 def reuse_note(stored: dict[str, Any] | None, runtime: RuntimeSpec) -> str:
@@ -224,7 +275,23 @@ def described(env: dict[str, Any]) -> dict[str, str]:
         **({"clients": str(env["clients"])} if "clients" in env else {}),
         "platform": f"{env.get('platform')} ({env.get('machine')})",
         "python": str(env.get("python")),
+        **({"earlier": _earlier_text(env)} if env.get("earlier") else {}),
     }
+
+
+def _earlier_text(env: dict[str, Any]) -> str:
+    """The earlier rounds of a run resumed in another environment, each with what differed
+    ("rounds 1-120 under torch 2.11.0+cu130, ...")."""
+    final = described({name: value for name, value in env.items() if name != "earlier"})
+    parts = []
+    for (first, last), earlier in _earlier(env):
+        if earlier is None:
+            parts.append(f"rounds {first}-{last} in an environment not recorded")
+            continue
+        shown = described(earlier)
+        differ = [f"{name} {value}" for name, value in shown.items() if final.get(name) != value]
+        parts.append(f"rounds {first}-{last} under {', '.join(differ)}")
+    return "; ".join(parts)
 
 
 def summary(env: dict[str, Any] | None) -> str:

@@ -97,6 +97,9 @@ class RunState:
     metrics: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
     best_state: Tensors | None = None
     best_accuracy: float = -1.0  # best_state's score: validation accuracy with a split, else test
+    # where its rounds ran so far (fedhet.core.provenance.segments_after), for a run resumed in
+    # another environment
+    environments: list[dict] = field(default_factory=list)
 
     def snapshot(self) -> RunState:
         """A copy that later rounds leave alone: they replace tensors, never change them in
@@ -173,7 +176,12 @@ def write_run_state(group: zarr.Group, state: RunState, client_deltas: list[str]
     from fedhet.engine import tensors
 
     group.update_attributes(
-        {"round": state.round, "best_accuracy": state.best_accuracy, "client_deltas": client_deltas}
+        {
+            "round": state.round,
+            "best_accuracy": state.best_accuracy,
+            "client_deltas": client_deltas,
+            "environments": state.environments,
+        }
     )
     parts = {
         "metrics": metric_arrays(state.metrics),
@@ -198,6 +206,7 @@ def read_run_state(
         metrics=read_metrics(group),
         best_state=tensors.load(group, "best", device) if "best" in group else None,
         best_accuracy=float(group.attrs["best_accuracy"]),
+        environments=list(group.attrs.get("environments", [])),
     )
 
 

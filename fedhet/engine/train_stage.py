@@ -11,10 +11,12 @@ Its node and key are planned by fedhet.engine.train_plan.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import zarr
 
+from fedhet.core import provenance
 from fedhet.core.pipeline import RunContext, StageNode, announce, stage
 from fedhet.core.sealed import create_groups
 from fedhet.data.partition import empty_clients_note
@@ -61,7 +63,14 @@ def start(
             soft_wrap=True,
         )
         out.attrs["extends"] = {"key": extension.key, "rounds": extension.rounds}
-    return state
+        if not state.environments:  # a continuation stored before it recorded them
+            stored_in = ctx.store.attrs(node.stage, extension.key).get("environment")
+            state = replace(state, environments=provenance.segments_of(stored_in))
+    here = provenance.environment(device=engine.setup.device.type)
+    here["clients"] = executor_name(engine.executor)
+    return replace(
+        state, environments=provenance.segments_after(state.environments, state.round, here)
+    )
 
 
 @stage("train", progress=resume_point)
@@ -117,7 +126,10 @@ def run(node: StageNode, ctx: RunContext, out: zarr.Group, partial: Path) -> Non
     create_groups(out, parts)  # one trip into zarr's event loop
     out.update_attributes(
         {
-            "environment": {"clients": executor_name(engine.executor)},  # completed by the store
+            "environment": {  # completed by the store
+                "clients": executor_name(engine.executor),
+                **provenance.earlier_of(state.environments),
+            },
             "summary": summarize(state.metrics, spec.eval.target_accuracy),
         }
     )
