@@ -68,14 +68,17 @@ def check_live_equals_export(fedhet, spec: Path, store: Path, live: Path, tmp: P
         assert scalars(run_folder(live, run.label)) == written
         metrics = ArtifactStore(store).open(run.node.stage, run.node.key)["metrics"]
         for name, array in metrics.arrays():
-            # in the unit of every table, named with it: accuracies in percent as `_pct`
-            tag = f"{name}_pct" if name.endswith("accuracy") else name
-            shown = 100 * array[:] if tag != name else array[:]
+            # in the unit of every table, named with it: accuracies in percent as `_pct`,
+            # a round's seconds as `_s`
+            percent = name.endswith("accuracy")
+            tag = f"{name}_pct" if percent else f"{name}_s" if name == "wall_time" else name
+            shown = 100 * array[:] if percent else array[:]
             expected = [(r + 1, v) for r, v in enumerate(shown) if not math.isnan(v)]
             steps, values = zip(*written.get(tag, []), strict=True) if expected else ((), ())
             assert list(steps) == [step for step, _ in expected], name
             np.testing.assert_allclose(values, [v for _, v in expected], rtol=1e-6)  # float32
         assert "test_accuracy" not in written and written["test_accuracy_pct"]
+        assert "wall_time" not in written and written["wall_time_s"]
         found.append(written)
     return found
 

@@ -64,6 +64,7 @@ def test_the_api_shows_accuracies_in_percent_of_the_stored_fractions(trained, ap
     runs, metrics = api
     assert {"best_test_pct", "final_pct"} <= set(runs.columns) and "best_test" not in runs
     assert "test_accuracy_pct" in metrics and "test_accuracy" not in metrics
+    assert "wall_time_s" in metrics and "wall_time" not in metrics  # each name says its unit
     stored = ArtifactStore(store)
     for label, run in runs.iterrows():
         curve = metrics[metrics.run == label].set_index("round").test_accuracy_pct
@@ -72,6 +73,8 @@ def test_the_api_shows_accuracies_in_percent_of_the_stored_fractions(trained, ap
             [100 * f for f in fractions], abs=1e-9
         )  # stored: fractions
         assert run.best_test_pct == curve.max() and run.final_pct == curve[2]
+        seconds = metrics[metrics.run == label].wall_time_s
+        assert run.wall_time_s == pytest.approx(seconds.sum(), rel=1e-12)  # both in seconds
         assert 10 < run.best_test_pct <= 100  # above chance, in percent
 
 
@@ -83,6 +86,7 @@ def test_the_command_lines_tables_export_and_progress_agree_with_the_api(fedhet,
     exported = fedhet("export", spec, "--format", "csv", store=store).stdout
     rows = list(csv.DictReader(io.StringIO(exported)))
     assert [float(r["test_accuracy_pct"]) for r in rows] == list(metrics.test_accuracy_pct)
+    assert [float(r["wall_time_s"]) for r in rows] == list(metrics.wall_time_s)
     shown = {f"{best:.2f}" for best in runs.best_test_pct}
     for text in (train.stdout, fedhet("runs", spec, "--format", "markdown", store=store).stdout):
         (table,) = markdown_tables(text.splitlines())

@@ -50,6 +50,8 @@ FRACTIONS = frozenset(
     }
 )
 PERCENT = "_pct"  # the suffix of a column in percent
+# The stored quantities whose names do not say their unit, and the suffix that does when shown
+UNIT_SUFFIXES = {"wall_time": "_s"}
 POINTS = "points"  # the unit of a difference of two accuracies: percentage points
 
 
@@ -66,8 +68,9 @@ def fraction(shown: float) -> float:
 
 
 def shown_name(name: str) -> str:
-    """The column that shows the stored quantity `name`: `best_test` -> `best_test_pct`."""
-    return name + PERCENT if name in FRACTIONS else name
+    """The column that shows the stored quantity `name`: `best_test` -> `best_test_pct`,
+    `wall_time` (a round's seconds) -> `wall_time_s`."""
+    return name + PERCENT if name in FRACTIONS else name + UNIT_SUFFIXES.get(name, "")
 
 
 def shown_value(name: str, value: Any) -> Any:
