@@ -46,6 +46,10 @@ PANELS_PER_ROW = 3
 # leaves it out, so a diverging run's 1e29 (and its ±1e29 band) is drawn clipped at the top,
 # marked, instead of flattening every other curve.
 OFF_SCALE_SPREADS = 3.0
+# A diverged run's values more than DIVERGED_HEADROOM times the span of the other runs' means and
+# bands beyond that span are off scale too: tct_fmnist's SCAFFOLD blew up to a weight divergence
+# of 32 before it diverged, which flattened means near 0.5 into the axis' floor.
+DIVERGED_HEADROOM = 1.0
 OFF_SCALE_MARKER = "^"
 DIVERGED_MARKER = "x"
 DIVERGED_WIDTH = 0.8
@@ -65,9 +69,13 @@ class Curve:
         """Every line drawn: the mean and each diverged run."""
         return [self.mean, *self.diverged]
 
+    def steady(self) -> np.ndarray:
+        """The values of the runs that did not diverge: the mean and mean ± std."""
+        return np.concatenate([self.mean - self.std, self.mean + self.std, self.mean])
+
     def drawn(self) -> np.ndarray:
         """Every value drawn (the band's edges too), for the axis to span."""
-        return np.concatenate([self.mean - self.std, self.mean + self.std, *self.lines()])
+        return np.concatenate([self.steady(), *self.diverged])
 
 
 def figure_format(path: Path, option: str) -> str:
@@ -305,10 +313,9 @@ def measured(curves: dict[str, dict[str, Curve]], algorithm: str | None = None) 
 
 def robust_limits(curves: dict[str, dict[str, Curve]]) -> tuple[float, float] | None:
     """The y range of a row's finite values (means, mean ± std, diverged runs) that are not off
-    scale (see OFF_SCALE_SPREADS, on their magnitudes); None when none is (the axis then fits
-    them all)."""
-    values = np.concatenate([c.drawn() for c in _each(curves)])
-    values = values[np.isfinite(values)]
+    scale (see OFF_SCALE_SPREADS, on their magnitudes, and DIVERGED_HEADROOM); None when none is
+    (the axis then fits them all)."""
+    values = _finite(np.concatenate([c.drawn() for c in _each(curves)]))
     magnitudes = np.abs(values[values != 0])
     if not magnitudes.size:
         return None
@@ -316,9 +323,19 @@ def robust_limits(curves: dict[str, dict[str, Curve]]) -> tuple[float, float] | 
     low, high = np.percentile(decades, [25, 75])
     fence = 10 ** (high + OFF_SCALE_SPREADS * max(high - low, 1.0))
     kept = values[np.abs(values) <= fence]
+    steady = _finite(np.concatenate([c.steady() for c in _each(curves)]))
+    steady = steady[np.abs(steady) <= fence]
+    if steady.size:
+        span = steady.max() - steady.min() or abs(steady.max()) or 1.0
+        reach = DIVERGED_HEADROOM * span
+        kept = kept[(kept >= steady.min() - reach) & (kept <= steady.max() + reach)]
     if kept.size == values.size or not kept.size:
         return None
     return float(kept.min()), float(kept.max())
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    return values[np.isfinite(values)]
 
 
 def _clip(row, curves, settings: list[str], algorithms: list[str], limits) -> bool:

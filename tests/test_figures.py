@@ -207,6 +207,25 @@ def test_a_one_round_spike_over_seeds_moves_neither_end_of_the_axis():
     assert list(marker.get_xdata()) == [10]
 
 
+def test_a_diverged_runs_blow_up_leaves_the_other_curves_readable():
+    """tct_fmnist's weight divergence: means near 0.5, and SCAFFOLD's diverged runs climbing to
+    32 before they diverged, which drew every mean flat along the axis' floor."""
+    blow_up = Curve(
+        np.full(10, np.nan), np.full(10, np.nan), 0, (np.r_[np.linspace(0.5, 4, 8), 32.0],)
+    )
+    panels = {"div": {"s": {"fedavg": _curve(np.linspace(0.4, 0.6, 10), std=0.05, seeds=3)}}}
+    panels["div"]["s"]["scaffold"] = blow_up
+    fig = curves_figure(panels)
+    low, high = fig.axes[0].get_ylim()
+    assert 0.3 < low < 0.35 and 0.65 < high < 0.7  # the steady runs' range, and a margin
+    (above,) = [line for line in fig.axes[0].lines if line.get_marker() == "^"]
+    assert list(above.get_xdata()) == [2, 3, 4, 5, 6, 7, 8]  # the thin line's rounds off scale
+    (cross,) = [ln for ln in fig.axes[0].lines if ln.get_marker() == "x" and not ln.get_clip_on()]
+    assert list(cross.get_xdata()) == [9] and list(cross.get_ydata()) == [high]
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "above the axis: drawn at its top" in texts
+
+
 def test_an_axis_without_an_outlier_fits_every_value():
     panels = {"div": {"s": {"a": _curve([1.0, 50.0]), "b": _curve([2.0, 3.0])}}}
     fig = curves_figure(panels)
@@ -423,7 +442,9 @@ def test_a_diverged_run_is_drawn_apart_and_left_out_of_the_mean():
     low, high = fig.axes[1].get_ylim()
     (cross,) = [ln for ln in fig.axes[1].lines if ln.get_marker() == "x" and not ln.get_clip_on()]
     assert high < 10 and list(cross.get_xdata()) == [3] and list(cross.get_ydata()) == [high]
-    assert not [ln for ln in fig.axes[1].lines if ln.get_marker() == "^"]
+    # and its 5.0 before, five times the others' 1.0, is marked above the axis
+    (above,) = [ln for ln in fig.axes[1].lines if ln.get_marker() == "^"]
+    assert list(above.get_xdata()) == [2]
 
 
 def test_an_algorithm_is_named_in_its_mean_style_where_any_panel_draws_its_mean():

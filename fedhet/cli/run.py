@@ -41,7 +41,7 @@ commands = typer.Typer()
 @partition_commands.command(
     "partition",
     epilog=example(
-        "fedhet partition specs/quickstart.yaml --plot clients.png",
+        "fedhet partition specs/quickstart.yaml --plot report/clients.png",
         "fedhet partition specs/quickstart.yaml 'partition={scheme: iid, clients: 5}'",
     ),
 )
