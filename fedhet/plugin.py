@@ -58,8 +58,10 @@ Training: the trainer and its one client step
         `client_update` and trains vectorized.
         `self.setup` is the run's TrainSetup; `self.setup.extras[role]` the artifact of an
         upstream stage the config's `plan` added.
-        Rounds count from 0 in every hook (`round` of `client_step`, `download`, `aggregate`,
-        `synchronized_first_step`; `ClientJob.round`): the rounds completed before this one.
+        Rounds count from 0 in every hook (`round` of `client_step`, `client_sgd`, `download`,
+        `aggregate`, `synchronized_first_step`, `round_metrics`; `ClientJob.round`): the rounds
+        completed before this one (fine-tuning a personalized evaluation, `FineTuned`, takes
+        `client_sgd`'s settings of round 0: its steps are an evaluation's, not a round's).
         Logs, tables, exports and figures number the same round from 1: the hooks' round r is
         their round r + 1, and `decay ** round` is 1 in the first round.
     ClientStep
