@@ -333,7 +333,10 @@ def open_session(
 
 
 def _fraction(points: float | None, default: float) -> float:
-    """A difference of accuracies given in points as one of stored fractions."""
+    """The floor, a difference of accuracies given in points, as one of stored fractions;
+    refused below 0, as `fedhet report --floor` refuses it."""
+    if points is not None and not points >= 0:
+        raise InputError(f"floor={points!r}: the floor is a difference in points, at least 0")
     return units.fraction(default if points is None else points)
 
 

@@ -21,6 +21,7 @@ from fedhet import load
 from fedhet.cli import columns as tables
 from fedhet.cli.output import Column
 from fedhet.core import units
+from fedhet.core.errors import InputError
 from fedhet.core.store import ArtifactStore
 from fedhet.figures import curves_figure
 from fedhet.reports import report
@@ -169,6 +170,15 @@ def test_a_floor_in_points_gives_the_same_verdict_from_python_and_the_command_li
         mark = " (early training)" if row.early_training else ""
         assert table[2][6] == verdict + mark
         assert f"at least {floor:.2f} points" in text
+
+
+def test_a_negative_floor_is_refused_from_python_as_from_the_command_line(fedhet, trained):
+    spec, store, _ = trained
+    for floor in (-1, float("nan")):
+        with pytest.raises(InputError, match=r"the floor is a difference in points, at least 0"):
+            load(spec, store=store).compare(floor=floor)
+    refused = fedhet("report", spec, "--floor", "-1", store=store)
+    assert refused.rc == 2 and "Traceback" not in refused.stderr
 
 
 def test_a_percent_carries_no_binary_noise_into_what_a_person_pastes():
