@@ -114,3 +114,21 @@ def test_a_run_logging_to_a_file_prints_a_line_every_few_rounds(fedhet, tmp_path
     step = math.ceil(rounds / LINES)
     assert found == list(range(step, rounds + 1, step)), trained.stderr
     assert 10 <= len(found) <= 20
+
+
+def test_the_cost_section_says_a_second_stage_holds_its_setup():
+    from fedhet.reports.report import later_stage_setup
+
+    rows = [{"algorithm": "TCT", "stage_starts": [20]}, {"algorithm": "FedAvg"}]
+    assert "TCT's second stage also holds that stage's one-off setup" in later_stage_setup(rows)
+    assert later_stage_setup(rows[1:]) == ""
+
+
+def test_the_terminal_summary_names_the_personalized_figure(tmp_path):
+    from fedhet.reports.report import summary
+
+    md = tmp_path / "pfl.md"
+    md.write_text("# pfl\n\ntable\n\n## Personalized accuracy\n\ntext\n")
+    assert "pfl-personalized.png" not in summary(md)
+    (tmp_path / "pfl-personalized.png").write_bytes(b"png")
+    assert summary(md).splitlines()[-1].endswith(f"{tmp_path / 'pfl-personalized.png'}")

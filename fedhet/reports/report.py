@@ -139,6 +139,18 @@ def stage_boundaries(rows: list[dict]) -> dict[str, list[int]]:
     return {r["algorithm"]: r["stage_starts"] for r in rows if r.get("stage_starts")}
 
 
+def later_stage_setup(rows: list[dict]) -> str:
+    """What the cost section says of runs with a second stage: its first round's setup is in
+    their times."""
+    staged = sorted(stage_boundaries(rows))
+    if not staged:
+        return ""
+    return (
+        f" The first round of {', '.join(staged)}'s second stage also holds that stage's one-off "
+        "setup (TCT's: computing the eNTK features), which these times include."
+    )
+
+
 # Where a report goes unless told: never the repository's committed reports/, which only
 # `make reproduce` and `make readme` write (with --out reports)
 DEFAULT_FOLDER = Path("report")
@@ -262,7 +274,7 @@ def write_report(
         "## Cost per round\n\nMeans over rounds and seeds; wall time includes evaluation rounds "
         "and leaves out each run's first round (it holds one-off warm-up: imports, first "
         "allocations), and x first is it relative to the setting's first algorithm; a round "
-        "trip is one server-client exchange.\n\n"
+        f"trip is one server-client exchange.{later_stage_setup(rows)}\n\n"
         + "\n\n".join(filter(None, [uneven_round_times(rows), cost_table(rows)])),
         "## Seconds per stage\n\nMean over seeds of the time each stored stage took to compute "
         "(a resumed stage: its last attempt; a stage shared by several runs counts in each).\n\n"
@@ -280,7 +292,9 @@ def summary(md: Path) -> str:
     text = md.read_text()
     head, _, rest = text.partition("\n## ")
     titles = [line[3:] for line in f"## {rest}".splitlines() if line.startswith("## ")]
-    figures = ", ".join(str(md.with_suffix(f".{fmt}")) for fmt in FORMATS)
+    figures = [md.with_suffix(f".{fmt}") for fmt in FORMATS]
+    personal = md.with_name(f"{md.stem}-personalized.png")
+    figures = ", ".join(map(str, [*figures, *([personal] if personal.exists() else [])]))
     return (
         f"{head.rstrip()}\n\nThe full report, {md}, also has: " + "; ".join(titles) + "."
         f"\nCurves: {figures}"
