@@ -355,8 +355,8 @@ def test_a_metric_that_is_never_negative_starts_its_axis_at_zero():
 def test_long_setting_titles_fold_instead_of_running_into_each_other():
     # fednova_fmnist's two settings, side by side
     settings = [
-        "system.local_epochs={'low': 2, 'high': 5}",
-        "system.local_epochs={'low': 2, 'high': 5}, system.dropout=0.2",
+        "system.local_epochs={low: 2, high: 5}",
+        "system.local_epochs={low: 2, high: 5}, system.dropout=0.2",
     ]
     methods = ["FedAvg", "FedProx", "SCAFFOLD", "FedNova"]
     row = {m: _curve([0.1, 0.2], std=0.01, seeds=5) for m in methods}  # a band: its legend entry

@@ -119,6 +119,15 @@ def test_every_row_of_every_spec_follows_the_one_style(path):
         assert_one_style(run.algorithm_label, name)
 
 
+def test_a_setting_of_a_nested_mapping_is_labelled_as_the_spec_writes_it():
+    """fednova_fmnist's settings: not Python's dict repr (`{'low': 2, 'high': 5}`)."""
+    settings = {run.setting_label for run in runs_of(load_spec(REPO / "specs/fednova_fmnist.yaml"))}
+    assert settings == {
+        "system.local_epochs={low: 2, high: 5}",
+        "system.local_epochs={low: 2, high: 5}, system.dropout=0.2",
+    }
+
+
 def test_labels_written_before_name_the_label_that_replaced_them():
     labels = [
         "FedAvg (momentum=0.9)",

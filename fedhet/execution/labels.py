@@ -7,6 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
 from fedhet.core.sections import labelled
 from fedhet.core.spec import Spec, partition_label
 
@@ -62,7 +64,11 @@ def _axis_parts(runs: list[tuple[dict[str, Any], Spec]]) -> tuple[str, list[str]
 
 
 def _field_part(path: str, value: Any) -> str:
-    """`lr=0.1` for federation.lr; the section name is left out, nested names kept."""
+    """`lr=0.1` for federation.lr; the section name is left out, nested names kept, and a
+    mapping or list written as the spec writes it (`local_epochs={low: 2, high: 5}`)."""
+    if isinstance(value, dict | list):
+        value = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000)
+        value = value.strip().removesuffix("...").strip()
     return f"{path.split('.', 1)[-1]}={value}"
 
 
