@@ -280,3 +280,19 @@ def test_report_with_train_trains_then_reads_what_it_stored(fedhet: CliRunner, t
     assert blue.sum() > 200  # the curves are drawn (matplotlib's first line colour)
     evaluated = fedhet("eval", spec, "--json", store=store)
     assert evaluated.rc == 0 and "computing" not in evaluated.stderr
+
+
+def test_a_cell_whose_every_run_diverged_has_no_total():
+    """tct_fmnist's SCAFFOLD at #C=2: its partitions took 0.0 s and no run finished training,
+    which the table totalled as 0.0 s."""
+    from fedhet.reports.tables import stage_table
+
+    def row(algorithm: str, seconds: dict, diverged: int | None) -> dict:
+        return {"algorithm": algorithm, "setting": "#C=2", "group": algorithm,
+                "stage_seconds": seconds, "diverged": diverged}  # fmt: skip
+
+    rows = [row("SCAFFOLD", {"partition": 0.01}, 9), row("SCAFFOLD", {"partition": 0.01}, 12)]
+    rows += [row("FedAvg", {"partition": 0.01, "train": 18.0}, None), row("FedAvg", {}, 3)]
+    table = {r[0]: r[2:] for r in markdown_tables(stage_table(rows).splitlines())[0][2:]}
+    assert table["SCAFFOLD"] == ["2", "0.0", "-", "-"]
+    assert table["FedAvg"] == ["2", "0.0", "18.0", "18.0"]  # one run finished: its stages
