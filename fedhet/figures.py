@@ -47,8 +47,8 @@ PANELS_PER_ROW = 3
 # marked, instead of flattening every other curve.
 OFF_SCALE_SPREADS = 3.0
 # A diverged run's values more than DIVERGED_HEADROOM times the span of the other runs' means and
-# bands beyond that span are off scale too: tct_fmnist's SCAFFOLD blew up to a weight divergence
-# of 32 before it diverged, which flattened means near 0.5 into the axis' floor.
+# bands above them are off scale too (drawn at the top, marked): tct_fmnist's SCAFFOLD blew up to
+# a weight divergence of 32 before it diverged, which flattened means near 0.5 into the floor.
 DIVERGED_HEADROOM = 1.0
 OFF_SCALE_MARKER = "^"
 DIVERGED_MARKER = "x"
@@ -328,7 +328,7 @@ def robust_limits(curves: dict[str, dict[str, Curve]]) -> tuple[float, float] | 
     if steady.size:
         span = steady.max() - steady.min() or abs(steady.max()) or 1.0
         reach = DIVERGED_HEADROOM * span
-        kept = kept[(kept >= steady.min() - reach) & (kept <= steady.max() + reach)]
+        kept = kept[kept <= steady.max() + reach]  # below the axis nothing is marked: kept
     if kept.size == values.size or not kept.size:
         return None
     return float(kept.min()), float(kept.max())

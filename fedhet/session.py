@@ -195,13 +195,13 @@ class Session(SpecSession):
         from fedhet.reports import comparison, personalized, plateau, report
 
         reference = self._reference(baseline)
+        minimum = _fraction(floor, comparison.FLOOR_POINTS)  # refused before anything trains
         self.require_stored(train, "compare")
         rows = self.final_rows(train)
         cells = report.cells(rows)
         metrics = comparison.paired_metrics(self.spec.eval.target_accuracy, validated(rows))
         if self.spec.eval.client_test is not None:
             metrics += personalized.paired_metrics()
-        minimum = _fraction(floor, comparison.FLOOR_POINTS)
         early = plateau.early_pairs(cells, reference)
         return [
             _paired_row(metric, row, reference, (row.algorithm, row.setting) in early)
@@ -253,13 +253,13 @@ class Session(SpecSession):
 
         spec, runs, section = self.spec, self.planned, None
         baseline = self._reference(baseline)  # one in the style of labels before: today's
+        floor = _fraction(floor, FLOOR_POINTS)  # refused before anything trains
         if tuned:
             spec, runs, section = self._tuned_runs(train)
         else:
             self.require_stored(train, "report")
         if train and jobs is not None:  # in parallel first; a failed run is a row of the report
             self.train_rows(jobs, runs=runs)
-        floor = _fraction(floor, FLOOR_POINTS)
         named = {"baseline": baseline, "floor": floor, "tuning": section}
         folder = DEFAULT_FOLDER if out is None else Path(out)
         return write_report(spec, runs, self.store, folder, self.console, train, **named)[0]

@@ -128,7 +128,8 @@ def test_the_terminal_summary_names_the_personalized_figure(tmp_path):
     from fedhet.reports.report import summary
 
     md = tmp_path / "pfl.md"
-    md.write_text("# pfl\n\ntable\n\n## Personalized accuracy\n\ntext\n")
+    md.write_text("# pfl\n\ntable\n\n## Per run\n\ntext\n")
+    (tmp_path / "pfl-personalized.png").write_bytes(b"png")  # an earlier report's: not this one's
     assert "pfl-personalized.png" not in summary(md)
-    (tmp_path / "pfl-personalized.png").write_bytes(b"png")
+    md.write_text("# pfl\n\n## Personalized\n\n![personalized accuracy](pfl-personalized.png)\n")
     assert summary(md).splitlines()[-1].endswith(f"{tmp_path / 'pfl-personalized.png'}")

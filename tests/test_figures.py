@@ -226,6 +226,14 @@ def test_a_diverged_runs_blow_up_leaves_the_other_curves_readable():
     assert "above the axis: drawn at its top" in texts
 
 
+def test_a_diverged_runs_fall_below_the_others_stays_on_the_axis():
+    """Values below the axis would have no mark: a run that diverged downwards is drawn whole."""
+    falling = Curve(np.full(5, np.nan), np.full(5, np.nan), 0, (np.linspace(5.0, 1.0, 5),))
+    steady = _curve(np.linspace(5.0, 5.5, 5))
+    low, _ = curves_figure({"div": {"s": {"a": steady, "b": falling}}}).axes[0].get_ylim()
+    assert low <= 1.0
+
+
 def test_an_axis_without_an_outlier_fits_every_value():
     panels = {"div": {"s": {"a": _curve([1.0, 50.0]), "b": _curve([2.0, 3.0])}}}
     fig = curves_figure(panels)

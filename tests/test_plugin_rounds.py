@@ -81,9 +81,9 @@ def test_the_hooks_round_counts_from_0(decayavg, tmp_path):
 def test_installed_from_the_page_its_first_exported_round_is_the_hooks_round_0(
     fedhet: CliRunner, tmp_path
 ):
-    """The page's two files, installed by pip (offline) as the page says, train through the
-    command line: the round the export numbers 1 has FedAvg's whole step (decay ** 0), round 2
-    half of it."""
+    """The page's two files, installed by pip (offline; into a folder of the test's, not
+    editable as the page's .venv install), train through the command line: the round the
+    export numbers 1 has FedAvg's whole step (decay ** 0), round 2 half of it."""
     package = tmp_path / "fedhet-decay"
     package.mkdir()
     (package / "fedhet_decay.py").write_text(page_block("python"))

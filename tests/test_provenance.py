@@ -213,9 +213,9 @@ def test_the_torch_build_is_kept_per_machine_so_reuse_checks_need_no_torch(tmp_p
 def test_a_run_resumed_in_another_environment_records_where_its_earlier_rounds_ran(
     fedhet: CliRunner, tmp_path: Path, continuation: str
 ):
-    """A run that goes on from a stored shorter run (or a checkpoint) computed under another
-    torch records those rounds' environment; the report's header and the reuse line say so. A
-    run resumed in its own environment records nothing more."""
+    """A run that goes on from a stored shorter run computed under another torch records those
+    rounds' environment (a checkpoint's segments: the tests below); the report's header and the
+    reuse line say so. A run resumed in its own environment records nothing more."""
     spec = write_spec(tmp_path / "env.yaml", SPEC)
     store, out = tmp_path / "store", tmp_path / "out"
     assert fedhet("train", spec, "federation.rounds=2", store=store).rc == 0
@@ -277,6 +277,46 @@ def test_segments_follow_a_run_across_environments_and_unrecorded_checkpoints():
     assert provenance.earlier_of(provenance.segments_after([], 0, here)) == {}
     text = provenance.described({**here, **provenance.earlier_of(unknown)})["earlier"]
     assert text == "rounds 1-3 in an environment not recorded"
+
+
+def test_a_run_back_in_its_environment_names_only_the_rounds_that_ran_elsewhere():
+    here = provenance.environment()
+    there = {**here, "torch": "2.11.0"}
+    segments = provenance.segments_after([], 0, here)
+    segments = provenance.segments_after(segments, 10, there)
+    segments = provenance.segments_after(segments, 20, here)
+    env = {**here, **provenance.earlier_of(segments)}
+    assert [e["rounds"] for e in env["earlier"]] == [[1, 10], [11, 20]]
+    assert provenance.described(env)["earlier"].startswith("rounds 11-20 under torch 2.11.0")
+    assert "rounds 1-10" not in provenance.summary(env)
+
+
+def test_a_checkpoint_before_a_continuations_first_round_drops_that_rounds_segment():
+    """A run continuing a stored 10-round run in `there` records `there` from round 11; stopped
+    in round 11, it leaves a checkpoint of round 10 holding that segment, and resumed here it
+    must not claim rounds 11-10 ran there."""
+    here = provenance.environment()
+    there = {**here, "torch": "2.11.0"}
+    continued = provenance.segments_after([{"from_round": 1, "environment": here}], 10, there)
+    assert provenance.segments_after(continued, 10, here) == [
+        {"from_round": 1, "environment": here}
+    ]
+    moved = provenance.segments_after(continued, 10, {**here, "threads": 7})
+    assert [s["from_round"] for s in moved] == [1, 11]
+    assert provenance.earlier_of(moved) == {"earlier": [{"rounds": [1, 10], "environment": here}]}
+
+
+def test_rounds_of_an_unrecorded_environment_are_not_announced_as_another():
+    runtime = parse_spec(SPEC).runtime
+    now = provenance.planned_environment(runtime.threads, runtime.device, runtime.clients)
+    unknown = provenance.segments_after([], 3, now)  # a checkpoint from before the record
+    stored = {**now, **provenance.earlier_of(unknown)}
+    assert provenance.changes(stored, runtime) == []  # differs in nothing known
+    assert "rounds 1-3 in an environment not recorded" in provenance.summary(stored)
+    elsewhere = {**now, "earlier": [{"rounds": [1, 3], "environment": {**now, "torch": "2.11.0"}}]}
+    assert provenance.changes(elsewhere, runtime) == [
+        f"rounds 1-3: torch 2.11.0 (now torch {now['torch']})"
+    ]
 
 
 def test_a_checkpoint_keeps_the_environments_of_its_rounds(tmp_path):

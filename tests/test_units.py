@@ -172,13 +172,19 @@ def test_a_floor_in_points_gives_the_same_verdict_from_python_and_the_command_li
         assert f"at least {floor:.2f} points" in text
 
 
-def test_a_negative_floor_is_refused_from_python_as_from_the_command_line(fedhet, trained):
+def test_a_negative_floor_is_refused_from_python_as_from_the_command_line(
+    fedhet, trained, tmp_path
+):
     spec, store, _ = trained
     for floor in (-1, float("nan")):
         with pytest.raises(InputError, match=r"the floor is a difference in points, at least 0"):
             load(spec, store=store).compare(floor=floor)
     refused = fedhet("report", spec, "--floor", "-1", store=store)
     assert refused.rc == 2 and "Traceback" not in refused.stderr
+    nothing = load(spec, store=tmp_path / "empty")  # refused before it trains anything
+    with pytest.raises(InputError, match="at least 0"):
+        nothing.report(tmp_path / "out", train=True, floor=-1)
+    assert not (tmp_path / "empty" / "train").exists()
 
 
 def test_a_percent_carries_no_binary_noise_into_what_a_person_pastes():

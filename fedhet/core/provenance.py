@@ -182,17 +182,17 @@ def changes(stored: dict[str, Any] | None, runtime: RuntimeSpec) -> list[str]:
     the earlier rounds of a run resumed in another environment included."""
     now = planned_environment(runtime.threads, runtime.device, runtime.clients)
     return differences(stored, now) + [
-        f"rounds {first}-{last}: {', '.join(differences(env, now)) if env else 'not recorded'}"
+        f"rounds {first}-{last}: {', '.join(differences(env, now))}"
         for (first, last), env in _earlier(stored)
-        if env is None or differences(env, now)
+        if differences(env, now)  # an unrecorded one differs in nothing known
     ]
 
 
-# A run resumed from a checkpoint, or from a stored shorter run, computed in another environment
-# records where its earlier rounds ran: while it runs, segments {"from_round", "environment"}
-# oldest first (in its checkpoints); once stored, `environment["earlier"]`, each earlier
-# segment's {"rounds": [first, last], "environment"}. The environment is None where a checkpoint
-# predates this record. A run computed in one environment records no segment.
+# Where a run's rounds ran: while it runs, segments {"from_round", "environment"} oldest first,
+# in its checkpoints and continuation, a new one where it resumes in another environment; once
+# stored, `environment["earlier"]`, the list of every segment but the last as {"rounds":
+# [first, last], "environment"}, absent for a run computed in one environment. The environment
+# is None where a checkpoint predates this record.
 
 
 def segments_after(segments: list[dict], done: int, here: dict[str, Any]) -> list[dict]:
@@ -200,6 +200,8 @@ def segments_after(segments: list[dict], done: int, here: dict[str, Any]) -> lis
     computed in `segments`."""
     if done == 0:
         return [{"from_round": 1, "environment": here}]
+    # a checkpoint of the round before a continuation's first holds that first round's segment
+    segments = [s for s in segments if s["from_round"] <= done]
     segments = segments or [{"from_round": 1, "environment": None}]
     last = segments[-1]["environment"]
     if last is None or differences(last, here):
@@ -265,6 +267,7 @@ def described(env: dict[str, Any]) -> dict[str, str]:
     revision = "not a git checkout"
     if git:
         revision = git["revision"][:12] + (" (uncommitted changes)" if git["dirty"] else "")
+    earlier = _earlier_text(env) if env.get("earlier") else ""
     return {
         "fedhet": f"{env.get('fedhet')}, {revision}",
         "torch": f"{env.get('torch')}, {_describe(env, 'torch_cuda')}, git "
@@ -275,7 +278,7 @@ def described(env: dict[str, Any]) -> dict[str, str]:
         **({"clients": str(env["clients"])} if "clients" in env else {}),
         "platform": f"{env.get('platform')} ({env.get('machine')})",
         "python": str(env.get("python")),
-        **({"earlier": _earlier_text(env)} if env.get("earlier") else {}),
+        **({"earlier": earlier} if earlier else {}),
     }
 
 
@@ -290,7 +293,8 @@ def _earlier_text(env: dict[str, Any]) -> str:
             continue
         shown = described(earlier)
         differ = [f"{name} {value}" for name, value in shown.items() if final.get(name) != value]
-        parts.append(f"rounds {first}-{last} under {', '.join(differ)}")
+        if differ:  # not where the run went back to its last environment
+            parts.append(f"rounds {first}-{last} under {', '.join(differ)}")
     return "; ".join(parts)
 
 

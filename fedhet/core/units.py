@@ -84,5 +84,6 @@ def shown_value(name: str, value: Any) -> Any:
 
 
 def shown_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A row of stored quantities as shown: fractions in percent under their `_pct` names."""
+    """A row of stored quantities as shown, each under its shown name (`shown_name`): fractions
+    in percent as `_pct`, a round's seconds as `wall_time_s`."""
     return {shown_name(name): shown_value(name, value) for name, value in row.items()}

@@ -48,7 +48,9 @@ def start(
 ) -> RunState:
     """The state the run starts from, announced in one line: its latest checkpoint that reads
     whole (a damaged one is removed and skipped), or the continuation of a stored shorter run of
-    the same config when that is further along (recorded in `out`), else round 0."""
+    the same config when that is further along (recorded in `out`), else round 0; with the
+    environments its rounds ran in so far, this one added where it differs
+    (fedhet.core.provenance.segments_after)."""
     extension = stored_prefix(node, ctx.spec, ctx.store)
     stored = None
     if extension is not None:

@@ -7,10 +7,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from fedhet.core.sections import labelled
 from fedhet.core.spec import Spec, partition_label
+from fedhet.core.spec.overrides import flow_yaml
 
 # Spec fields that never tell two groups apart: labels, the matrix itself, runtime settings.
 UNLABELLED = {"name", "description", "seed", "matrix", "runtime"}
@@ -66,10 +65,8 @@ def _axis_parts(runs: list[tuple[dict[str, Any], Spec]]) -> tuple[str, list[str]
 def _field_part(path: str, value: Any) -> str:
     """`lr=0.1` for federation.lr; the section name is left out, nested names kept, and a
     mapping or list written as the spec writes it (`local_epochs={low: 2, high: 5}`)."""
-    if isinstance(value, dict | list):
-        value = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000)
-        value = value.strip().removesuffix("...").strip()
-    return f"{path.split('.', 1)[-1]}={value}"
+    shown = flow_yaml(value) if isinstance(value, dict | list) else value
+    return f"{path.split('.', 1)[-1]}={shown}"
 
 
 def _flat_fields(spec: Spec) -> dict[str, Any]:

@@ -277,8 +277,8 @@ def write_report(
         f"trip is one server-client exchange.{later_stage_setup(rows)}\n\n"
         + "\n\n".join(filter(None, [uneven_round_times(rows), cost_table(rows)])),
         "## Seconds per stage\n\nMean over seeds of the time each stored stage took to compute "
-        "(a resumed stage: its last attempt; a stage shared by several runs counts in each).\n\n"
-        + stage_table(rows),
+        "(a resumed stage: its last attempt; a stage shared by several runs counts in each; no "
+        "total where every run diverged).\n\n" + stage_table(rows),
         "## Per run\n\n" + per_seed_table(rows),
         f"![curves]({png.name})\n",
     ]
@@ -294,8 +294,9 @@ def summary(md: Path) -> str:
     titles = [line[3:] for line in f"## {rest}".splitlines() if line.startswith("## ")]
     figures = [md.with_suffix(f".{fmt}") for fmt in FORMATS]
     personal = md.with_name(f"{md.stem}-personalized.png")
-    figures = ", ".join(map(str, [*figures, *([personal] if personal.exists() else [])]))
+    if f"]({personal.name})" in text:  # its personalized section draws it
+        figures.append(personal)
     return (
         f"{head.rstrip()}\n\nThe full report, {md}, also has: " + "; ".join(titles) + "."
-        f"\nCurves: {figures}"
+        f"\nCurves: {', '.join(map(str, figures))}"
     )

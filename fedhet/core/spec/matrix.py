@@ -8,8 +8,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from fedhet.core.errors import InputError
+from fedhet.core.spec.overrides import flow_yaml
 from fedhet.core.spec.root import Spec
-from fedhet.core.spec.wording import flow_yaml, validated
+from fedhet.core.spec.wording import validated
 
 
 def parse_run(data: Any, source: str) -> Spec:

@@ -204,15 +204,16 @@ def _matches(value: Any, wanted: Any) -> bool:
     return wanted in (value.get("name"), value.get("scheme"))
 
 
+def flow_yaml(value: Any) -> str:
+    """A value as YAML on one line (a mapping in braces), as a command line writes it."""
+    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000)
+    return text.removesuffix("\n...\n").strip()
+
+
 def _name(value: Any) -> str:
     if isinstance(value, dict) and ("name" in value or "scheme" in value):
         return str(value.get("name", value.get("scheme")))
-    return (
-        yaml.safe_dump(value, default_flow_style=True, width=1000)
-        .strip()
-        .removesuffix("...")
-        .strip()
-    )
+    return flow_yaml(value)
 
 
 def blame(source: str, overrides: Sequence[str], error_path: list[str]) -> str:

@@ -8,11 +8,10 @@ import shlex
 from collections.abc import Sequence
 from typing import Any, get_args
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from fedhet.core.errors import InputError
-from fedhet.core.spec.overrides import blame
+from fedhet.core.spec.overrides import blame, flow_yaml
 from fedhet.core.spec.root import Spec
 from fedhet.core.spec.tagged import DISCRIMINATORS, tagged_union
 
@@ -124,9 +123,3 @@ def _inapplicable_field(path: list[str], data: Any, overridden: bool) -> str | N
     kept = {k: v for k, v in section.items() if k in chosen.model_fields}
     whole = flow_yaml(kept)
     return f"{message}; drop it by setting the whole section: {path[0]}={shlex.quote(whole)}"
-
-
-def flow_yaml(value: Any) -> str:
-    """A value as YAML on one line (a mapping in braces)."""
-    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000)
-    return text.removesuffix("\n...\n").strip()
