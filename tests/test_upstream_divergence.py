@@ -102,4 +102,4 @@ def test_a_diverged_first_stages_accuracy_is_not_the_runs(
     exported = fedhet("export", spec, override, "--format", "json", store=tmp_path)
     first = json.loads(exported.stdout)[0]  # round 1, before the divergence in round 2
     assert first["test_accuracy_pct"] is None and first["test_loss"] is None
-    assert first["bytes_up"] == 1.0 and first["wall_time"] == 1.5
+    assert first["bytes_up"] == 1.0 and first["wall_time_s"] == 1.5
