@@ -17,9 +17,7 @@ from fedhet.reports.readme import read_report
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 PLATEAU = "## Has each curve levelled off?"
 
-OLD_FIGURES = {  # PNG only, no plateau section over every curve: regenerated from the store next
-    "fedbr_fmnist_skew",
-    "fedbr_fmnist_skew_480",
+OLD_FIGURES = {  # PNG only, no plateau section over every curve: replaced by its issue-46 edition
     "fedbr_fmnist_table1_tuned",
 }
 OLD_MARKS = OLD_FIGURES  # marked before 2ea6b40 (the baseline's curve alone, or no marks)
