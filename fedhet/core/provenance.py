@@ -213,9 +213,10 @@ def segments_of(stored: dict[str, Any] | None) -> list[dict]:
     """The segments of a stored run, from its `environment`: its earlier ones, then its own."""
     if not stored:
         return [{"from_round": 1, "environment": None}]
-    earlier = [{"from_round": first, "environment": env} for (first, _), env in _earlier(stored)]
+    spans = _earlier(stored)
+    earlier = [{"from_round": first, "environment": env} for (first, _), env in spans]
     own = {name: value for name, value in stored.items() if name != "earlier"}
-    start = stored["earlier"][-1]["rounds"][1] + 1 if earlier else 1
+    start = spans[-1][0][1] + 1 if spans else 1
     return [*earlier, {"from_round": start, "environment": own}]
 
 

@@ -155,9 +155,8 @@ def stage_table(rows: list[dict]) -> str:
     for (algo, setting), group in cells(rows).items():
         means = [nan_mean([r["stage_seconds"].get(s, math.nan) for r in group]) for s in stages]
         shown = ["-" if math.isnan(m) else f"{m:.1f}" for m in means]
-        total = f"{sum(m for m in means if not math.isnan(m)):.1f}"
-        if all(r["diverged"] is not None for r in group):  # no run to total: it never finished
-            total = "-"
+        finished = any(r["diverged"] is None for r in group)  # none: no run to total
+        total = f"{sum(m for m in means if not math.isnan(m)):.1f}" if finished else "-"
         lines.append(f"| {algo} | {setting} | {len(group)} | {' | '.join(shown)} | {total} |")
     return "\n".join(lines)
 
