@@ -174,8 +174,11 @@ def _git(folder: Path, *args: str) -> str:
 
 def copy_of_the_repository(folder: Path) -> Path:
     """The repository's files as they are now (tracked, and untracked but not ignored) in FOLDER,
-    committed to a git repository of its own, whose `git status` is then empty."""
-    names = _git(REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    committed to a git repository of its own, whose `git status` is then empty; less the
+    evidence bundles (tens of MB of stored runs that no page reads)."""
+    names = _git(
+        REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", ":!evidence"
+    )
     for name in filter(None, names.split("\0")):
         source, target = REPO / name, folder / name
         if source.is_symlink() or source.exists():  # not a tracked file deleted in the worktree
