@@ -1,8 +1,6 @@
-"""Which committed reports are of today's edition (issue 44): a figure in PNG, SVG and PDF, a
+"""Every committed report is of today's edition (issue 44): a figure in PNG, SVG and PDF, a
 plateau section for every curve, and early-training marks that follow that section's rule (a
-verdict is the plateau's only when both curves it compares have levelled off). The reports
-still awaiting regeneration are listed by name; the lists only shrink: a report regenerated
-without its name leaving the list fails here too."""
+verdict is the plateau's only when both curves it compares have levelled off)."""
 
 from __future__ import annotations
 
@@ -17,10 +15,6 @@ from fedhet.reports.readme import read_report
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 PLATEAU = "## Has each curve levelled off?"
 
-OLD_FIGURES = {  # PNG only, no plateau section over every curve: replaced by its issue-46 edition
-    "fedbr_fmnist_table1_tuned",
-}
-OLD_MARKS = OLD_FIGURES  # marked before 2ea6b40 (the baseline's curve alone, or no marks)
 NAMES = sorted(p.stem for p in REPORTS.glob("*.md"))
 
 
@@ -46,22 +40,11 @@ def marks_follow_the_plateau(name: str) -> bool:
     return True
 
 
-def test_the_lists_name_committed_reports():
-    assert OLD_MARKS <= set(NAMES)
-
-
 @pytest.mark.parametrize("name", [n for n in NAMES if (REPORTS / f"{n}.png").is_file()])
-def test_a_figure_is_of_todays_edition_unless_listed(name):
-    assert is_new_figure(name) != (name in OLD_FIGURES), (
-        f"reports/{name}: {'still old' if name in OLD_FIGURES else 'listed as old'}; "
-        "regenerate it or update OLD_FIGURES"
-    )
+def test_a_figure_is_of_todays_edition(name):
+    assert is_new_figure(name), f"reports/{name}: regenerate it (PNG, SVG, PDF, plateau section)"
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_early_training_marks_follow_the_plateau_unless_listed(name):
-    if name in OLD_FIGURES:
-        pytest.skip("no plateau section over every curve yet")
-    assert marks_follow_the_plateau(name) != (name in OLD_MARKS), (
-        f"reports/{name}: update OLD_MARKS"
-    )
+def test_early_training_marks_follow_the_plateau(name):
+    assert marks_follow_the_plateau(name), f"reports/{name}: a verdict's early mark is wrong"
