@@ -43,7 +43,7 @@ def test_the_docs_example_runs_as_written(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "within noise" in printed or "ahead" in printed or "behind" in printed
     assert (folder / "report" / "quickstart.md").exists() and (folder / "artifacts").is_dir()
-    assert stray_changes(folder, code) == []
+    assert stray_changes(folder) == []
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,8 @@
 
 A fenced block runs by its language (a test each), from the root of a fresh copy of the
 repository per page, which the page's blocks share in order; after each block, `git status` there
-shows no change to a committed file, nothing new inside a committed folder (reports/ above all),
-and nothing new at the root that the page's code does not name (its own spec, `--out report`).
+is clean: no change to a committed file and nothing new (the reader's own files that the pages
+name, their spec and data, are in .gitignore; outputs go to the ignored report/).
 By language:
 - `bash`: command by command; `cat > FILE <<'EOF'` ... `EOF` writes FILE, every other line is a
   `fedhet` command that must exit 0 (through the CLI fixture, as test_tutorial runs its lines);
@@ -190,21 +190,9 @@ def copy_of_the_repository(folder: Path) -> Path:
     return folder
 
 
-def _named(name: str, code: str) -> bool:
-    return re.search(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", code) is not None
-
-
-def stray_changes(folder: Path, code: str) -> list[str]:
-    """The lines of `git status` in FOLDER, less the new files and folders at its root that CODE
-    names (the reader's own: `cat > mine.yaml`, `--out report`)."""
-    committed = {Path(name).parts[0] for name in _git(folder, "ls-files").splitlines()}
-    stray = []
-    for line in _git(folder, "status", "--porcelain", "--untracked-files=normal").splitlines():
-        state, path = line[:2], line[3:].rstrip("/")
-        top = Path(path).parts[0]
-        if not (state == "??" and top == path and top not in committed and _named(top, code)):
-            stray.append(line)
-    return stray
+def stray_changes(folder: Path) -> list[str]:
+    """The lines of `git status` in FOLDER: what a block changed or left that is not ignored."""
+    return _git(folder, "status", "--porcelain", "--untracked-files=normal").splitlines()
 
 
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=_id)
@@ -224,7 +212,7 @@ def test_a_block_runs(
         if earlier.line not in done:
             _run(earlier, fedhet, folder, monkeypatch)
             done.add(earlier.line)
-    stray = stray_changes(folder, "".join(b.code for b in page))
+    stray = stray_changes(folder)
     assert not stray, (
         f"{block.where}, run from the repository's root, leaves `git status`: {'; '.join(stray)} "
         "(write outputs elsewhere than the committed files, e.g. `--out report`)"
@@ -301,14 +289,14 @@ def test_the_check_of_git_status_catches_what_a_block_writes_among_committed_fil
         "from pathlib import Path\n"
         "Path('reports/quickstart.md').write_text('rewritten')\n"  # a committed report
         "Path('reports/mine.md').write_text('new')\n"  # new, inside a committed folder
-        "Path('mine.csv').write_text('new')\n"  # new, at the root, named
+        "Path('mine.csv').write_text('new')\n"  # the reader's own, ignored
         "Path('artifacts').mkdir()\n"  # ignored
         "Path('artifacts', 'x').write_text('new')\n"
-        "Path('plot' + '.png').write_text('new')\n"  # new, at the root, never named
+        "Path('plot.png').write_text('new')\n"  # new, at the root
     )
     page = Block(REPO / "docs/example.md", 1, "python", code, "run", "")
     _run(page, fedhet, folder, monkeypatch)
-    assert stray_changes(folder, code) == [
+    assert stray_changes(folder) == [
         " M reports/quickstart.md",
         "?? plot.png",
         "?? reports/mine.md",
