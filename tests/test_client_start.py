@@ -3,10 +3,10 @@ change no result: every method moved onto them trains, for 2 rounds on digits wi
 sequential executor, to the bits it trained to when it overrode `client_update` (main fce7e75):
 the same global state, client states and round metrics. tests/golden/client_start.json holds
 those runs' SHA-256 digests for each CPU instruction set torch's kernels used (the bits depend on
-it), written from fce7e75's code by `PYTHONPATH=<a worktree of fce7e75> python
-tests/test_client_start.py` (torch 2.14.1, one thread): AVX512 on the machine of the earlier
-sessions, AVX2 on an AMD EPYC. The methods that now train vectorized (Local and the local-layer
-methods) agree with the sequential executor to float tolerance."""
+it, and may on the CPU's vendor), written from fce7e75's code by this file run as a script with a
+worktree of fce7e75 on PYTHONPATH (torch 2.14.1, one thread): AVX512 on the machine of the
+earlier sessions, AVX2 on an AMD EPYC. The methods that now train vectorized (Local and the
+local-layer methods) agree with the sequential executor to float tolerance."""
 
 from __future__ import annotations
 

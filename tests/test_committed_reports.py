@@ -2,8 +2,9 @@
 reports print: the code that moved since (the spec and CLI packages, the client context, the
 store) changed no result. Each sampled cell of reports/quickstart.md (one seed per cell) is
 trained from its spec without the matrix, in a fresh store. The bits depend on the instruction
-set torch's kernels use (docs/results/index.md): on a machine whose set is not the report's, the
-cells are compared with those fce7e75's code gave on a machine of that set."""
+set torch's kernels use (docs/results/index.md; the vendor's BLAS paths may matter too): on a
+machine whose set is not the report's, the cells are compared with those fce7e75's code gave on
+the machine named with them."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ SAMPLE = [  # (algorithm, partition as the matrix lists it, the report's column)
 ]
 CAPABILITY = torch.backends.cpu.get_cpu_capability()
 # the sampled cells (best test accuracy, rounds to 85%) under an instruction set other than the
-# report's, from fce7e75's code with the same torch and one thread (an AMD EPYC, 2026-11-28)
+# report's, from fce7e75's code with the same torch and one thread (on an AMD EPYC, 2026-11-28;
+# another vendor's CPU of the same set may differ: record it beside these)
 OTHER_SETS = {
     "AVX2": {
         "fedavg": ("76.88 (n=1)", "never (0/1)"),
@@ -66,13 +68,13 @@ def committed_cell(report: str, section: str | None, algorithm: str, column: str
 
 @pytest.mark.parametrize(("algorithm", "partition", "column"), SAMPLE)
 def test_quickstart_cells_reproduce(tmp_path, algorithm, partition, column):
+    best, rounds = expected_cells(algorithm["name"], column)  # or a skip, before training
     spec = yaml.safe_load((ROOT / "specs" / "quickstart.yaml").read_text())
     spec.pop("matrix")
     spec |= {"algorithm": algorithm, "partition": partition}
     experiment = fedhet.load(spec, store=tmp_path / "store")
     experiment.train(jobs=1)
     run = experiment.runs().iloc[0]
-    best, rounds = expected_cells(algorithm["name"], column)
     assert f"{run['best_test_pct']:.2f} (n=1)" == best
     target = experiment.metrics().query("test_accuracy_pct >= 85")["round"]
     shown = "never (0/1)" if target.empty else f"{float(target.min()):.1f} (1/1)"
