@@ -204,6 +204,26 @@ def test_a_runoff_runs_the_close_trials_on_its_seeds_and_chooses_by_mean():
     assert choice.trials[2].runoff[0].spec.seed == 9  # an ordinary run on the runoff's seed
 
 
+def test_a_runoff_that_moves_the_choice_onto_an_edge_extends_that_grid():
+    """Seed 7 prefers 0.003, the runoff's seed 9 the highest value, 0.01: the grid gains 0.03,
+    which scores low, so 0.01 is chosen again and no longer lies at an edge (DANN in FedBR
+    Table 1's tune was left at its edge with an extension unused)."""
+    data = copy.deepcopy(EDGE_SPEC)
+    data["tune"].update(extend_edges=2, runoff={"seeds": [9], "within": 0.05})
+
+    def score(spec: Any) -> float:
+        on_seed_7 = {0.001: 0.5, 0.003: 0.62, 0.01: 0.60, 0.03: 0.4}
+        on_seed_9 = {0.003: 0.55, 0.01: 0.70}
+        table = on_seed_7 if spec.seed == 7 else on_seed_9
+        return table[round(spec.federation.lr, 6)]
+
+    (choice,) = _choices(data, score)
+    assert [t.values["federation.lr"] for t in choice.trials] == [0.001, 0.003, 0.01, 0.03]
+    assert choice.added == {"federation.lr": [0.03]} and choice.extensions == 1
+    assert choice.trials[choice.chosen].values == {"federation.lr": 0.01}
+    assert not choice.grid_edges() and not choice.stops
+
+
 def test_a_runoff_leaves_a_clear_choice_as_it_is_beside_a_close_one():
     """Two methods, one with two close trials and one with a clear best: only the first runs
     the runoff (a tune crashed with an IndexError on the second, TCT Table 3's)."""

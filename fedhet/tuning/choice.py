@@ -1,9 +1,10 @@
 """Each group's choice: the search's best trial (fedhet.tuning.search), with two optional steps
 after it. `extend_edges: N`: a grid whose chosen value is its lowest or highest gains the next
 value past it (fedhet.tuning.edges) and the search runs again over the grown grid, up to N
-times, until the choice lies inside. `runoff`: the trials as close to the best as the spec says
-also run the runoff's seeds, and the highest mean over all their seeds is chosen
-(fedhet.tuning.selection). Every step measures ordinary runs through the same `measure`, so the
+times a group, until the choice lies inside. `runoff`: once no grid grows, the trials as close
+to the best as the spec says also run the runoff's seeds, and the highest mean over all their
+seeds is chosen (fedhet.tuning.selection); a runoff that moves the choice onto an edge extends
+that grid in turn. Every step measures ordinary runs through the same `measure`, so the
 runs already stored are read, never trained again, and a plan (which only reads) goes as far
 as the stored results decide."""
 
@@ -26,6 +27,7 @@ class Choice:
     chosen: int | None = None  # index into trials; None: undecided, or no trial ran to the end
     added: dict[str, list[Any]] = field(default_factory=dict)  # field -> values added, in order
     stops: dict[tuple[str, str], str] = field(default_factory=dict)  # (field, side) -> why not
+    extensions: int = 0  # the times its grids grew
 
     def choose(self) -> None:
         self.chosen = best_trial([trial.final_score for trial in self.trials])
@@ -57,31 +59,34 @@ def choose(groups: list[TuneGroup], tune: TuneSpec, measure: Measure) -> tuple[l
     """Every group's choice, and whether it is complete (a plan may stop before)."""
     searched, complete = search(groups, tune, measure)
     choices = [Choice(group, trials) for group, trials in zip(groups, searched, strict=True)]
-    complete = complete and _extended(choices, tune, measure)
-    return choices, complete and _runoff(choices, tune, measure)
-
-
-def _extended(choices: list[Choice], tune: TuneSpec, measure: Measure) -> bool:
-    """Grids extended past their choices' edges and searched again, `tune.extend_edges` times
-    at most; False when a search is incomplete."""
-    for step in range(tune.extend_edges + 1):
-        grown = False
+    while complete:
         for choice in choices:
             choice.choose()
-            for edge in choice.grid_edges() if tune.extend_edges else ():
-                if step == tune.extend_edges:
-                    limit = f"the grid was extended {step} times, tune.extend_edges's limit"
-                    choice.stops.setdefault((edge.path, edge.side), limit)
-                else:
-                    grown = choice.extend(edge) or grown
-        if not grown:
-            return True
+        if not _extended(choices, tune):
+            if not _runoff(choices, tune, measure):
+                return choices, False
+            if not _extended(choices, tune):
+                return choices, True
         searched, complete = search([c.group for c in choices], tune, measure)
         for choice, trials in zip(choices, searched, strict=True):
             choice.trials = trials
-        if not complete:
-            return False
-    return True
+    return choices, False
+
+
+def _extended(choices: list[Choice], tune: TuneSpec) -> bool:
+    """Whether a grid grew past its choice's edge; a group at `tune.extend_edges` extensions
+    records that limit instead."""
+    grown = False
+    for choice in choices:
+        edges = choice.grid_edges() if tune.extend_edges else []
+        if edges and choice.extensions == tune.extend_edges:
+            limit = f"the grid was extended {choice.extensions} times, tune.extend_edges's limit"
+            for edge in edges:
+                choice.stops.setdefault((edge.path, edge.side), limit)
+        elif any([choice.extend(edge) for edge in edges]):  # a list: every edge, not the first
+            choice.extensions += 1
+            grown = True
+    return grown
 
 
 def _runoff(choices: list[Choice], tune: TuneSpec, measure: Measure) -> bool:

@@ -22,7 +22,7 @@ from fedhet.tuning.edges import Edge, edges_of, kind_of
 from fedhet.tuning.groups import TuneGroup
 from fedhet.tuning.selection import trial_score
 
-STAGE, VERSION = "tune", 1
+STAGE, VERSION = "tune", 2  # 2: a runoff that lands on an edge extends the grid
 
 
 @dataclass(frozen=True)
