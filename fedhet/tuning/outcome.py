@@ -22,7 +22,7 @@ from fedhet.tuning.edges import Edge, edges_of, kind_of
 from fedhet.tuning.groups import TuneGroup
 from fedhet.tuning.selection import trial_score
 
-STAGE, VERSION = "tune", 2  # 2: a runoff that lands on an edge extends the grid
+STAGE, VERSION = "tune", 1
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,11 @@ class TuneOutcome:
 
 
 def _config(tune: TuneSpec, group_keys: list[str]) -> dict[str, Any]:
-    return {"tune": tune.model_dump(mode="json"), "groups": group_keys}
+    config = {"tune": tune.model_dump(mode="json"), "groups": group_keys}
+    if tune.runoff is not None and tune.extend_edges:
+        # since 1487782 a runoff's choice at an edge extends its grid: only these tunes recompute
+        config["runoff_extends"] = True
+    return config
 
 
 def tune_key(tune: TuneSpec, groups: list[TuneGroup]) -> str:
