@@ -163,6 +163,29 @@ def test_a_second_or_larger_tune_reuses_every_trial(fedhet: CliRunner, tmp_path)
     assert "tune: 4 trial runs, 2 not stored" in shared.stderr
 
 
+def test_a_tune_of_fewer_rows_is_read_from_the_trials_of_a_wider_one(fedhet: CliRunner, tmp_path):
+    """`report --tuned --only` after a tune of every row needs no tune of its own: its choices
+    are those the narrower tune computes (the same report after it is stored). Without the
+    trials it refuses in one line."""
+    store, spec, only = tmp_path / "store", tune_spec(tmp_path), ("--only", "algorithm=scaffold")
+    refused = fedhet("report", spec, "--tuned", *only, store=store)
+    assert refused.rc == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "is not stored" in refused.stderr and "run `fedhet tune" in refused.stderr
+    assert fedhet("tune", spec, store=store).rc == 0
+
+    def report(out: str) -> str:
+        folder = tmp_path / out
+        result = fedhet("report", spec, "--tuned", *only, "--train", "--out", folder, store=store)
+        assert result.rc == 0, result.stderr
+        return (folder / "tiny-tune_tuned.md").read_text()
+
+    derived = report("derived")
+    narrow = fedhet("tune", spec, *only, store=store)
+    assert "tune: 2 trial runs, 0 not stored" in narrow.stderr  # stored now, nothing trained
+    assert "SCAFFOLD" in derived and "FedAvg" not in derived.split("## Tuning")[1]
+    assert derived == report("stored")
+
+
 def test_plan_tune_shows_a_damaged_tune_outcome_as_artifacts_verify_does(
     fedhet: CliRunner, tmp_path, capsys
 ):

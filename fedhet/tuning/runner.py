@@ -1,6 +1,7 @@
 """A spec's tune computed (`tune`: the trials' runs trained where missing, the outcome stored),
 planned (`planned_trials`: the trials the store's results lead to, without training), or read
-(`tuned_runs`: the chosen configurations over the spec's evaluation seeds)."""
+(`tuned_runs`: the chosen configurations over the spec's evaluation seeds, from the stored
+outcome or, for a tune never stored whose trials all are, from those trials)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from fedhet.execution.planning import Run
 from fedhet.execution.results import stored_divergence
 from fedhet.execution.train import Options, View, train
 from fedhet.tuning.choice import choose
-from fedhet.tuning.groups import tune_groups
+from fedhet.tuning.groups import TuneGroup, tune_groups
 from fedhet.tuning.outcome import (
     STAGE,
     TuneOutcome,
@@ -103,15 +104,30 @@ def tuned_runs(
     spec: Spec, tune: TuneSpec, store: ArtifactStore, spec_path: str, remedy: str
 ) -> tuple[list[Run], TuneOutcome]:
     """The chosen configuration of every method and setting over the spec's own seeds (its
-    evaluation runs), and the stored outcome they come from (InputError naming `spec_path` and
-    ending with `remedy`, how to store it, when there is none)."""
+    evaluation runs), and the outcome they come from (InputError naming `spec_path` and ending
+    with `remedy`, how to store it, when it is neither stored nor computable from stored
+    trials)."""
     groups = tune_groups(spec, tune)
-    outcome = read_outcome(store, tune_key(tune, groups), spec_path, remedy)
+    outcome = _stored_outcome(groups, tune, store, spec_path, remedy)
     return [
         run
         for group, chosen in zip(groups, outcome.selections, strict=True)
         for run in group.tuned_runs(chosen.values)
     ], outcome
+
+
+def _stored_outcome(
+    groups: list[TuneGroup], tune: TuneSpec, store: ArtifactStore, spec_path: str, remedy: str
+) -> TuneOutcome:
+    """The tune's stored outcome; where it was never stored but the store holds every trial it
+    needs (a tune of more rows ran: `--only` narrows a tune to fewer), the same outcome, as
+    the tune would compute it, without storing it."""
+    key = tune_key(tune, groups)
+    if not store.exists(STAGE, key):
+        choices, complete = choose(groups, tune, lambda runs: _read(runs, store))
+        if complete:
+            return outcome_of(key, tune, choices)
+    return read_outcome(store, key, spec_path, remedy)
 
 
 def require_tuned_stored(runs: list[Run], store: ArtifactStore, remedy: str) -> None:
