@@ -35,7 +35,7 @@ def proximal(model, mu: float) -> Proximal:
     """FedProx's term anchored away from the model's start (it pulls from the first step on)."""
     gen = torch.Generator().manual_seed(5)
     anchor = {
-        n: p.detach() + 0.1 * torch.randn(p.shape, generator=gen)
+        n: p.detach() + 0.1 * torch.randn(p.shape, generator=gen).to(p.device)
         for n, p in model.named_parameters()
     }
     return Proximal(mu, anchor)
