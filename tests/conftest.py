@@ -31,6 +31,13 @@ from fedhet.core.store import ArtifactStore
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The suite checks CPU results (numbers, keys, environments) and runs on the CPU on every
+# machine, as CI runs it: on a GPU machine `runtime.device: auto` would otherwise move runs,
+# not the tests' own tensors, to the GPU. FEDHET_TEST_CUDA=1 leaves the GPU visible, for the
+# tests that need it (they skip without one).
+if not os.environ.get("FEDHET_TEST_CUDA"):
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
 
 # The longest files first (--durations, on 2 cores), so that the two xdist workers finish together:
 # pyproject's --no-loadscope-reorder keeps this order, where xdist's own (most tests first) left

@@ -173,7 +173,7 @@ def test_a_non_finite_sample_diverges_at_its_step(monkeypatch):
     assert expected.value.step == 4
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (and FEDHET_TEST_CUDA=1)")
 def test_cuda_samples_with_cpu_batches():
     """The batch schedule draws its indices on the CPU; the client's samples may be on a GPU."""
     data = client()
