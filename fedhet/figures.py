@@ -288,7 +288,9 @@ def _draw_panel(
             ax.axvline(stage_start + 0.5, color=f"C{index}", linestyle=":", linewidth=1)
             marks.setdefault("stage", _stage_entry())
     ax.grid(alpha=0.3)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # as many round labels as the panel's width holds (a fixed count ran together in a panel
+    # narrowed by a long legend)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True))
 
 
 def _never_negative(curves: dict[str, dict[str, Curve]]) -> bool:

@@ -138,6 +138,23 @@ def test_accuracy_is_drawn_in_percent_on_integer_rounds():
         assert min(ticks) >= 1, ticks  # rounds count from 1: no round 0 on the axis
 
 
+def test_the_round_labels_of_a_long_run_in_one_column_never_overlap():
+    """240 rounds, many algorithms in the legend (a narrow panel): FedBR Table 1's figure ran
+    120, 150, ..., 240 together."""
+    label = "FedBR (tau=0.5/0.5, index pairs, mixup, momentum=0.9) {}"
+    curves = {label.format(i): _curve(np.linspace(0.1, 0.9, 240)) for i in range(11)}
+    fig = curves_figure({"acc": {"s": curves}, "divergence": {"s": curves}})
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        shown = [
+            label for label in ax.get_xticklabels() if label.get_visible() and label.get_text()
+        ]
+        boxes = sorted((label.get_window_extent(renderer) for label in shown), key=lambda b: b.x0)
+        gaps = [right.x0 - left.x1 for left, right in zip(boxes, boxes[1:], strict=False)]
+        assert all(gap > 0 for gap in gaps), [label.get_text() for label in shown]
+
+
 def test_a_long_run_has_no_round_zero_tick():
     fig = curves_figure({"acc": {"s": {"a": _curve(np.linspace(0.1, 0.9, 30))}}})
     fig.canvas.draw()
