@@ -141,8 +141,8 @@ def test_accuracy_is_drawn_in_percent_on_integer_rounds():
 def test_the_round_labels_of_a_long_run_in_one_column_never_overlap():
     """240 rounds, many algorithms in the legend (a narrow panel): FedBR Table 1's figure ran
     120, 150, ..., 240 together."""
-    label = "FedBR (tau=0.5/0.5, index pairs, mixup, momentum=0.9) {}"
-    curves = {label.format(i): _curve(np.linspace(0.1, 0.9, 240)) for i in range(11)}
+    name = "FedBR (tau=0.5/0.5, index pairs, mixup, momentum=0.9) {}"
+    curves = {name.format(i): _curve(np.linspace(0.1, 0.9, 240)) for i in range(11)}
     fig = curves_figure({"acc": {"s": curves}, "divergence": {"s": curves}})
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
